@@ -1,0 +1,453 @@
+"""The SunkSandboxBinding API: pydantic models, the one source of truth for the spec.
+
+`crdgen.py` renders the CRD's OpenAPI schema from these models; a unit test fails when
+`crds/` and the models disagree. Field names are snake_case in Python and camelCase on
+the wire (aliases). Validation rules that only the API server can run (CEL) are attached
+with `json_schema_extra={"x-kubernetes-validations": [...]}` so they live next to the field.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic.alias_generators import to_camel
+
+GROUP = "sunksandbox.dev"
+VERSION = "v1alpha1"
+KIND = "SunkSandboxBinding"
+PLURAL = "sunksandboxbindings"
+SINGULAR = "sunksandboxbinding"
+SHORT_NAMES = ["ssb"]
+CATEGORIES = ["sunk"]
+
+ANNOTATION_PREFIX = "sunk.coreweave.com/"
+SANDBOX_ID_LABEL = "sandbox.coreweave.com/sandbox-id"
+DEFAULT_API_URL = "https://api.coreweave.com"
+DEFAULT_SCHEDULER_POD_LABELS = {"app.kubernetes.io/name": "sunk-scheduler"}
+SCHEDULER_CONFIGMAP_LABEL = ("app.kubernetes.io/component", "scheduler")
+
+CONDITION_TYPES = [
+    "Ready",
+    "SchedulerReady",
+    "PolicySynced",
+    "ScopeSynced",
+    "GracePeriodSafe",
+    "PlacementVerified",
+]
+
+# Patterns shared by the models and the CRD (the API server enforces them at apply time).
+DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$"
+SLURM_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+NUMERIC_ID_PATTERN = r"^[0-9]{1,10}$"
+DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
+NAMESPACE_GLOB_PATTERN = r"^[a-z0-9*?\[\]-]{1,63}$"
+ANNOTATION_KEY_PATTERN = r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+DOTTED_PATH_PATTERN = r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$"
+
+
+NamespaceGlob = Annotated[str, StringConstraints(pattern=NAMESPACE_GLOB_PATTERN)]
+NamespaceName = Annotated[str, StringConstraints(pattern=DNS_LABEL_PATTERN)]
+AnnotationKey = Annotated[str, StringConstraints(pattern=ANNOTATION_KEY_PATTERN)]
+
+
+def _cel(rule: str, message: str, field_path: str | None = None) -> dict:
+    out = {"rule": rule, "message": message}
+    if field_path:
+        out["fieldPath"] = field_path
+    return out
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=False
+    )
+
+    def wire(self) -> dict:
+        """The object as the API server stores it (camelCase, no unset optionals)."""
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+# ---------------------------------------------------------------- shared pieces
+
+
+class LabelSelectorRequirement(_Model):
+    """One expression of a label selector."""
+
+    key: str = Field(description="The label key the selector applies to.", min_length=1)
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"] = Field(
+        description="How the key relates to the values: In, NotIn, Exists or DoesNotExist."
+    )
+    values: list[str] = Field(
+        default_factory=list,
+        description="Values for In and NotIn; must be empty for Exists and DoesNotExist.",
+    )
+
+
+class LabelSelector(_Model):
+    """A Kubernetes label selector (matchLabels AND matchExpressions)."""
+
+    match_labels: dict[str, str] = Field(
+        default_factory=dict, description="Labels that must all be present with these values."
+    )
+    match_expressions: list[LabelSelectorRequirement] = Field(
+        default_factory=list, description="Set-based requirements, all of which must hold."
+    )
+
+
+# ---------------------------------------------------------------- spec
+
+
+class SecretKeyRef(_Model):
+    """A key of a Secret in the binding's namespace."""
+
+    name: str = Field(
+        description="Name of the Secret, in the binding's namespace, holding the CoreWeave API token.",
+        pattern=DNS_SUBDOMAIN_PATTERN,
+    )
+    key: str = Field(default="token", description="Key of the Secret's data holding the token.", min_length=1)
+
+
+class RunnerSpec(_Model):
+    """The CoreWeave sandbox runner whose policy this binding manages."""
+
+    id: str = Field(
+        description="The runner's id (as shown by `cwic runner list`). Required, non-empty.",
+        min_length=1,
+        max_length=253,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$",
+    )
+    api_url: str = Field(
+        default=DEFAULT_API_URL,
+        alias="apiURL",
+        description="Base URL of the CoreWeave sandbox API (Connect protocol). http:// is for the local emulator only.",
+        pattern=r"^https?://[^\s/]+(/[^\s]*)?$",
+    )
+    token_secret_ref: SecretKeyRef = Field(
+        description="Secret holding an API token with the sandbox_admin role. Read at each use, so rotation works."
+    )
+
+
+class SchedulerSpec(_Model):
+    """Which SUNK Pod Scheduler places the sandboxes, and how to find it."""
+
+    name: str = Field(
+        default="",
+        description="The scheduler name pods must carry in spec.schedulerName. Empty: discover it "
+        "(SUNK 8 ConfigMap scheduler.conf .scheduler.name, then SUNK 7 --scheduler-name).",
+        pattern=r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?)?$",
+    )
+    namespace: str = Field(
+        default="",
+        description="Namespace the scheduler runs in. Empty: the binding's namespace.",
+        pattern=r"^([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)?$",
+    )
+    pod_selector: LabelSelector = Field(
+        default_factory=lambda: LabelSelector(match_labels=dict(DEFAULT_SCHEDULER_POD_LABELS)),
+        description="Selects the scheduler pods in the scheduler namespace.",
+    )
+    kill_wait_seconds: Optional[int] = Field(
+        default=None,
+        description="Slurm kill-wait in seconds; set only when it cannot be discovered from "
+        "--slurm-kill-wait or Slurm's KillWait.",
+        ge=1,
+        le=86400,
+    )
+
+
+class SlurmSpec(_Model):
+    """Further Slurm annotations pinned on every sandbox pod (sunk.coreweave.com/<key>)."""
+
+    account: Optional[str] = Field(default=None, description="Slurm account (sunk.coreweave.com/account).", pattern=SLURM_NAME_PATTERN)
+    qos: Optional[str] = Field(default=None, description="Slurm QoS (sunk.coreweave.com/qos).", pattern=SLURM_NAME_PATTERN)
+    constraint: Optional[str] = Field(
+        default=None,
+        description="Slurm feature constraint expression (sunk.coreweave.com/constraint), e.g. cpu or cpu&avx512.",
+        pattern=r"^[A-Za-z0-9_.&|!\[\]()*:,-]{1,256}$",
+    )
+    exclusive: Optional[Literal["none", "user", "ok"]] = Field(
+        default=None,
+        description="Node exclusivity (sunk.coreweave.com/exclusive): none, user or ok (ok is not for GPU pods).",
+    )
+    user_id: Optional[str] = Field(
+        default=None,
+        description="Numeric Linux UID for Slurm accounting (sunk.coreweave.com/user-id). A user name blocks scheduling.",
+        pattern=NUMERIC_ID_PATTERN,
+    )
+    group_id: Optional[str] = Field(
+        default=None,
+        description="Numeric Linux GID (sunk.coreweave.com/group-id). Defaults to user-id in SUNK when unset.",
+        pattern=NUMERIC_ID_PATTERN,
+    )
+
+    def annotations(self) -> dict[str, str]:
+        """The annotation keys (without prefix) and values this spec pins."""
+        names = {"account": "account", "qos": "qos", "constraint": "constraint",
+                 "exclusive": "exclusive", "user_id": "user-id", "group_id": "group-id"}
+        return {key: getattr(self, attr) for attr, key in names.items() if getattr(self, attr) is not None}
+
+
+class SandboxNamespaces(_Model):
+    """Which namespaces hold sandboxes: a label selector and/or name globs (a namespace matching either belongs)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                _cel(
+                    "has(self.selector) || (has(self.names) && size(self.names) > 0)",
+                    "spec.sandboxNamespaces needs at least one of selector or names (e.g. names: [\"ds-*\"])",
+                )
+            ]
+        }
+    )
+
+    selector: Optional[LabelSelector] = Field(
+        default=None, description="Namespaces whose labels match this selector are sandbox namespaces."
+    )
+    names: list[NamespaceGlob] = Field(
+        default_factory=list,
+        description="Shell-style globs over namespace names (e.g. ds-*); a match makes it a sandbox namespace.",
+    )
+
+
+class ConfigMapTarget(_Model):
+    """The scheduler's ConfigMap holding the watched-namespace list (SUNK 8)."""
+
+    name: str = Field(
+        default="",
+        description="ConfigMap name in the scheduler namespace. Empty: the one labelled app.kubernetes.io/component=scheduler.",
+        pattern=r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?)?$",
+    )
+    key: str = Field(default="scheduler.conf", description="Data key holding the YAML config.", min_length=1)
+    path: str = Field(
+        default="scheduler.scope.namespaces",
+        description="Dotted path of the namespace list inside the YAML document.",
+        pattern=DOTTED_PATH_PATTERN,
+    )
+
+
+class ApplicationTarget(_Model):
+    """An Argo CD Application rendering the Slurm Helm chart; the list lives in its Helm values."""
+
+    name: str = Field(default="", description="Application name. Required when kind is ArgoCDApplication.",
+                      pattern=r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?)?$")
+    namespace: str = Field(default="argocd", description="Namespace of the Application.", pattern=DNS_LABEL_PATTERN)
+    path: str = Field(
+        default="scheduler.scope.namespaces",
+        description="Dotted path inside spec.source.helm.valuesObject.",
+        pattern=DOTTED_PATH_PATTERN,
+    )
+
+
+class ScopeTarget(_Model):
+    """Where the scheduler's watched-namespace list lives."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                _cel(
+                    "self.kind != 'ArgoCDApplication' || (has(self.application) && self.application.name != '')",
+                    "spec.scope.target.application.name is required when kind is ArgoCDApplication",
+                )
+            ]
+        }
+    )
+
+    kind: Literal["SchedulerConfigMap", "ArgoCDApplication"] = Field(
+        default="SchedulerConfigMap",
+        description="SchedulerConfigMap: edit the scheduler's ConfigMap. ArgoCDApplication: edit the Helm values of an Argo CD Application.",
+    )
+    config_map: ConfigMapTarget = Field(default_factory=ConfigMapTarget, description="Used when kind is SchedulerConfigMap.")
+    application: ApplicationTarget = Field(default_factory=ApplicationTarget, description="Used when kind is ArgoCDApplication.")
+
+
+class ScopeSpec(_Model):
+    """Keeps the scheduler's watched-namespace list equal to the sandbox namespaces."""
+
+    target: ScopeTarget = Field(default_factory=ScopeTarget, description="Where the list lives.")
+    always_include: list[NamespaceName] = Field(
+        default_factory=list,
+        description="Namespaces always in the list (e.g. the Slurm namespace). Never removed by the operator.",
+    )
+    restart_scheduler: bool = Field(
+        default=True,
+        description="ConfigMap target: roll the scheduler (pod-template annotation sunksandbox.dev/scope-hash) when the list changes.",
+    )
+    grant_cluster_role: str = Field(
+        default="",
+        description="If set, a RoleBinding to this ClusterRole for the scheduler's ServiceAccount in every listed namespace.",
+        pattern=r"^([A-Za-z0-9:._-]{1,253})?$",
+    )
+
+
+_PINNED_KEYS = ["partition", "account", "qos", "constraint", "exclusive", "user-id", "group-id"]
+
+
+_SLURM_FIELD = {"account": "account", "qos": "qos", "constraint": "constraint", "exclusive": "exclusive",
+                "user-id": "userId", "group-id": "groupId"}
+
+
+def _not_pinned_and_client(key: str) -> dict:
+    if key == "partition":
+        field, has = "spec.partition", "has(self.partition)"
+    else:
+        field = f"spec.slurm.{_SLURM_FIELD[key]}"
+        has = f"has(self.slurm) && has(self.slurm.{_SLURM_FIELD[key]})"
+    return _cel(
+        f"!({has}) || !has(self.clientAnnotations) || !('{ANNOTATION_PREFIX}{key}' in self.clientAnnotations)",
+        f"{field} pins {ANNOTATION_PREFIX}{key}, which spec.clientAnnotations leaves to clients: remove one of the two",
+    )
+
+
+class BindingSpec(_Model):
+    """Sandboxes of runner R are placed by the SUNK scheduler S (in partition P)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={"x-kubernetes-validations": [_not_pinned_and_client(k) for k in _PINNED_KEYS]}
+    )
+
+    runner: RunnerSpec = Field(description="The runner whose policy is managed.")
+    scheduler: SchedulerSpec = Field(default_factory=SchedulerSpec, description="The SUNK Pod Scheduler.")
+    partition: Optional[str] = Field(
+        default=None,
+        description="Slurm partition pinned as sunk.coreweave.com/partition. Omit to let Slurm choose.",
+        pattern=SLURM_NAME_PATTERN,
+    )
+    slurm: SlurmSpec = Field(default_factory=SlurmSpec, description="Further pinned Slurm annotations.")
+    client_annotations: list[AnnotationKey] = Field(
+        default_factory=list,
+        description="Annotation keys clients must stay free to set (e.g. sunk.coreweave.com/user-id): never pinned, and reported if denied.",
+    )
+    sandbox_namespaces: SandboxNamespaces = Field(description="Which namespaces hold sandboxes.")
+    scope: ScopeSpec = Field(default_factory=ScopeSpec, description="Scheduler watched-namespace sync.")
+    expected_grace_period_seconds: int = Field(
+        default=30,
+        description="terminationGracePeriodSeconds sandbox pods use (300 with snapshot storage); observed pods override upward.",
+        ge=0,
+        le=86400,
+    )
+    mode: Literal["Enforce", "Observe"] = Field(
+        default="Enforce", description="Enforce: write policy and scope. Observe: report only, never write."
+    )
+    resync_interval: str = Field(
+        default="5m",
+        description="How often to re-read policy and scope and correct drift, as a duration (e.g. 30s, 5m, 1h).",
+        pattern=DURATION_PATTERN,
+    )
+    deletion_policy: Literal["Restore", "Orphan"] = Field(
+        default="Restore",
+        description="On delete: Restore puts back what the operator changed; Orphan leaves everything as is.",
+    )
+
+    @model_validator(mode="after")
+    def _pinned_keys_not_client_keys(self) -> "BindingSpec":
+        pinned = self.pinned_annotations()
+        clash = sorted(k for k in pinned if k in self.client_annotations)
+        if clash:
+            raise ValueError(
+                f"{clash[0]} is both pinned (spec.partition/spec.slurm) and in spec.clientAnnotations: remove one of the two"
+            )
+        return self
+
+    def pinned_annotations(self) -> dict[str, str]:
+        """Full annotation keys and values the binding pins on every sandbox pod."""
+        out = {ANNOTATION_PREFIX + k: v for k, v in self.slurm.annotations().items()}
+        if self.partition is not None:
+            out[ANNOTATION_PREFIX + "partition"] = self.partition
+        return out
+
+    def scheduler_namespace(self, binding_namespace: str) -> str:
+        return self.scheduler.namespace or binding_namespace
+
+
+# ---------------------------------------------------------------- status
+
+
+class _Status(_Model):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+
+class Condition(_Status):
+    """A metav1.Condition."""
+
+    type: str = Field(description="Condition type.")
+    status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
+    reason: str = Field(description="CamelCase reason.")
+    message: str = Field(default="", description="What happened and what to do.")
+    observed_generation: Optional[int] = Field(default=None, description="metadata.generation this condition reflects.")
+    last_transition_time: str = Field(description="When status last changed (RFC 3339).")
+
+
+class SchedulerStatus(_Status):
+    """What was found about the scheduler."""
+
+    name: Optional[str] = Field(default=None, description="Resolved scheduler name.")
+    name_source: Optional[str] = Field(default=None, description="Where the name came from: spec, configMap or args.")
+    kill_wait_seconds: Optional[int] = Field(default=None, description="Resolved kill-wait in seconds.")
+    kill_wait_source: Optional[str] = Field(default=None, description="Where kill-wait came from.")
+    ready_replicas: Optional[int] = Field(default=None, description="Scheduler pods that are Ready.")
+
+
+class OwnedPath(_Status):
+    """A policy path the operator set, with what was there before."""
+
+    path: str = Field(description="Dotted path in the policy document.")
+    value: str = Field(description="Value the operator set.")
+    previous: Optional[str] = Field(default=None, description="Value before the operator set it; absent if the key did not exist.")
+
+
+class PolicyStatus(_Status):
+    """The runner policy as last seen and written."""
+
+    etag: Optional[str] = Field(default=None, description="Etag of the policy last read.")
+    last_applied_time: Optional[str] = Field(default=None, description="When the operator last wrote the policy.")
+    last_checked_time: Optional[str] = Field(default=None, description="When the policy was last read and compared.")
+    owned: list[OwnedPath] = Field(default_factory=list, description="Paths the operator owns.")
+    warnings: list[str] = Field(default_factory=list, description="Non-fatal findings about the policy.")
+
+
+class ScopeStatus(_Status):
+    """The scheduler's watched-namespace list."""
+
+    type: Optional[str] = Field(default=None, description="Scope type found: namespace or cluster.")
+    namespace_count: Optional[int] = Field(default=None, description="Namespaces in the list.")
+    missing: list[str] = Field(default_factory=list, description="First few sandbox namespaces not yet in the list.")
+    last_sync_time: Optional[str] = Field(default=None, description="When the list was last written or confirmed.")
+    preexisting: Optional[list[str]] = Field(
+        default=None, description="Entries present before the operator first wrote; never removed by it."
+    )
+    added: list[str] = Field(default_factory=list, description="Namespaces the operator added to the list.")
+
+
+class Mismatch(_Status):
+    """The latest sandbox pod that did not get the policy."""
+
+    pod: str = Field(description="namespace/name of the pod.")
+    reason: str = Field(description="What differs.")
+    time: str = Field(description="When it was seen.")
+
+
+class PlacementStatus(_Status):
+    """What sandbox pods show."""
+
+    pods_observed: int = Field(default=0, description="Sandbox pods seen in the binding's namespaces.")
+    pods_mismatched: int = Field(default=0, description="Pods created after the last policy write that lack it.")
+    last_mismatch: Optional[Mismatch] = Field(default=None, description="Latest mismatching pod.")
+    hazards: dict[str, int] = Field(default_factory=dict, description="Pods per hazard kind (GuaranteedQoS, GPURequested, ...).")
+
+
+class BindingStatus(_Status):
+    """Observed state of a SunkSandboxBinding."""
+
+    observed_generation: Optional[int] = Field(default=None, description="metadata.generation last reconciled.")
+    scheduler: Optional[SchedulerStatus] = Field(default=None, description="The scheduler as found.")
+    policy: Optional[PolicyStatus] = Field(default=None, description="The runner policy.")
+    scope: Optional[ScopeStatus] = Field(default=None, description="The watched-namespace list.")
+    placement: Optional[PlacementStatus] = Field(default=None, description="Sandbox pod observations.")
+    conditions: list[Condition] = Field(default_factory=list, description="Ready, SchedulerReady, PolicySynced, ScopeSynced, GracePeriodSafe, PlacementVerified.")
+
+
+def parse_spec(spec: dict) -> BindingSpec:
+    """Validate a binding's spec as the API server would (models mirror the CRD)."""
+    return BindingSpec.model_validate(spec)
