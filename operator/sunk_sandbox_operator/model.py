@@ -47,9 +47,9 @@ ANNOTATION_KEY_PATTERN = r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za
 DOTTED_PATH_PATTERN = r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$"
 
 
-NamespaceGlob = Annotated[str, StringConstraints(pattern=NAMESPACE_GLOB_PATTERN)]
-NamespaceName = Annotated[str, StringConstraints(pattern=DNS_LABEL_PATTERN)]
-AnnotationKey = Annotated[str, StringConstraints(pattern=ANNOTATION_KEY_PATTERN)]
+NamespaceGlob = Annotated[str, StringConstraints(pattern=NAMESPACE_GLOB_PATTERN, max_length=63)]
+NamespaceName = Annotated[str, StringConstraints(pattern=DNS_LABEL_PATTERN, max_length=63)]
+AnnotationKey = Annotated[str, StringConstraints(pattern=ANNOTATION_KEY_PATTERN, max_length=317)]
 
 
 def _cel(rule: str, message: str, field_path: str | None = None) -> dict:
@@ -207,6 +207,7 @@ class SandboxNamespaces(_Model):
     )
     names: list[NamespaceGlob] = Field(
         default_factory=list,
+        max_length=64,
         description="Shell-style globs over namespace names (e.g. ds-*); a match makes it a sandbox namespace.",
     )
 
@@ -247,7 +248,7 @@ class ScopeTarget(_Model):
         json_schema_extra={
             "x-kubernetes-validations": [
                 _cel(
-                    "self.kind != 'ArgoCDApplication' || (has(self.application) && self.application.name != '')",
+                    "!has(self.kind) || self.kind != 'ArgoCDApplication' || (has(self.application) && has(self.application.name) && self.application.name != '')",
                     "spec.scope.target.application.name is required when kind is ArgoCDApplication",
                 )
             ]
@@ -268,6 +269,7 @@ class ScopeSpec(_Model):
     target: ScopeTarget = Field(default_factory=ScopeTarget, description="Where the list lives.")
     always_include: list[NamespaceName] = Field(
         default_factory=list,
+        max_length=256,
         description="Namespaces always in the list (e.g. the Slurm namespace). Never removed by the operator.",
     )
     restart_scheduler: bool = Field(
@@ -317,6 +319,7 @@ class BindingSpec(_Model):
     slurm: SlurmSpec = Field(default_factory=SlurmSpec, description="Further pinned Slurm annotations.")
     client_annotations: list[AnnotationKey] = Field(
         default_factory=list,
+        max_length=32,
         description="Annotation keys clients must stay free to set (e.g. sunk.coreweave.com/user-id): never pinned, and reported if denied.",
     )
     sandbox_namespaces: SandboxNamespaces = Field(description="Which namespaces hold sandboxes.")

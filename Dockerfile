@@ -1,0 +1,34 @@
+# syntax=docker/dockerfile:1
+# sunk-sandbox-operator image: a venv built in one stage, copied into a clean slim image.
+#   docker build -t ghcr.io/sunksandbox/sunk-sandbox-operator:0.1.0 .
+# tests/unit/test_dockerfile.py checks this file and runs the builder's install step.
+
+ARG PYTHON_IMAGE=python:3.11-slim
+
+FROM ${PYTHON_IMAGE} AS builder
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PYTHONDONTWRITEBYTECODE=1
+RUN python -m venv /opt/venv
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY operator/ operator/
+# Runtime dependencies only: no [test] extras.
+RUN /opt/venv/bin/pip install --no-cache-dir .
+
+FROM ${PYTHON_IMAGE}
+ARG VERSION=0.1.0
+LABEL org.opencontainers.image.title="sunk-sandbox-operator" \
+      org.opencontainers.image.description="Kubernetes operator that places CoreWeave sandboxes through the SUNK Pod Scheduler" \
+      org.opencontainers.image.source="https://github.com/sunksandbox/sunk-sandbox-operator" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.version="${VERSION}"
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PATH=/opt/venv/bin:$PATH \
+    HOME=/tmp
+COPY --from=builder /opt/venv /opt/venv
+USER 65532:65532
+WORKDIR /tmp
+EXPOSE 8080 8081
+ENTRYPOINT ["/opt/venv/bin/sunk-sandbox-operator"]
+CMD ["run", "--standalone", "--all-namespaces"]

@@ -1,0 +1,77 @@
+"""Command line: run | runner-api-emulator | render-policy | devcluster | demo | crd."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+USAGE = """sunk-sandbox-operator COMMAND [ARGS]
+
+commands:
+  run                  run the operator (kopf, cluster-wide)
+  runner-api-emulator  serve the CoreWeave runner API emulator (local tests, demos, dry runs)
+  render-policy        print the runner policy the operator would write for a binding
+  devcluster           up | down | env | build: a local etcd + kube-apiserver
+  demo                 the whole thing locally: control plane, emulator, operator, example binding
+  crd                  print the CustomResourceDefinition rendered from the models
+"""
+
+
+def _run(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="sunk-sandbox-operator run", description="Run the operator.")
+    parser.add_argument("--standalone", action="store_true", default=True,
+                        help="no kopf peering (one replica, Deployment strategy Recreate)")
+    parser.add_argument("--all-namespaces", "-A", action="store_true", default=True)
+    parser.add_argument("--liveness", default=None, help="kopf liveness endpoint, e.g. http://0.0.0.0:8081/healthz")
+    parser.add_argument("--metrics-port", type=int, default=int(os.environ.get("SSB_METRICS_PORT", "0")),
+                        help="serve Prometheus metrics on this port (0: off)")
+    parser.add_argument("--log-format", choices=["plain", "full", "json"], default="full")
+    parser.add_argument("--verbose", action="store_true")
+    parser.add_argument("--scope-window", type=float, default=None,
+                        help="seconds to coalesce namespace changes into one scope write (default 0.2)")
+    args = parser.parse_args(argv)
+    os.environ["SSB_METRICS_PORT"] = str(args.metrics_port)
+    if args.scope_window is not None:
+        os.environ["SSB_SCOPE_WINDOW_SECONDS"] = str(args.scope_window)
+
+    import kopf
+
+    kopf.configure(verbose=args.verbose, log_format={
+        "plain": kopf.LogFormat.PLAIN, "full": kopf.LogFormat.FULL, "json": kopf.LogFormat.JSON}[args.log_format])
+    from . import handlers  # noqa: F401  (registers the handlers)
+
+    kopf.run(clusterwide=True, standalone=True, liveness_endpoint=args.liveness)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(USAGE)
+        return 0
+    command, rest = argv[0], argv[1:]
+    if command == "run":
+        return _run(rest)
+    if command == "runner-api-emulator":
+        from .runnerapi import emulator
+        return emulator.main(rest)
+    if command == "render-policy":
+        from . import render
+        return render.main(rest)
+    if command == "devcluster":
+        from . import devcluster
+        return devcluster.main(rest)
+    if command == "demo":
+        from . import demo
+        return demo.main(rest)
+    if command == "crd":
+        from . import crdgen
+        sys.stdout.write(crdgen.render_yaml())
+        return 0
+    print(f"unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+"""Pure condition bookkeeping (metav1.Condition, KEP-1623).
+
+`lastTransitionTime` changes only when `status` flips; nothing else is touched, so a status
+computed twice from the same facts is byte-identical and never rewritten.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Literal
+
+from .model import CONDITION_TYPES
+
+Status = Literal["True", "False", "Unknown"]
+
+# Ready summarises these, in this order; the first one not True names Ready's reason.
+READY_INPUTS = ["SchedulerReady", "PolicySynced", "ScopeSynced", "GracePeriodSafe", "PlacementVerified"]
+
+
+def find(conditions: Iterable[dict], ctype: str) -> dict | None:
+    return next((c for c in conditions if c.get("type") == ctype), None)
+
+
+def set_condition(
+    conditions: list[dict],
+    ctype: str,
+    status: Status,
+    reason: str,
+    message: str,
+    generation: int | None,
+    now: str,
+) -> list[dict]:
+    """Return a new list with `ctype` set; keep its transition time unless status changed."""
+    old = find(conditions, ctype)
+    new = {
+        "type": ctype,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "observedGeneration": generation,
+        "lastTransitionTime": now if old is None or old.get("status") != status else old["lastTransitionTime"],
+    }
+    if generation is None:
+        del new["observedGeneration"]
+    out = [c for c in conditions if c.get("type") != ctype] + [new]
+    return order(out)
+
+
+def order(conditions: list[dict]) -> list[dict]:
+    """Known types in the documented order, unknown ones after (stable output, no churn)."""
+    rank = {t: i for i, t in enumerate(CONDITION_TYPES)}
+    return sorted(conditions, key=lambda c: (rank.get(c.get("type"), len(rank)), c.get("type", "")))
+
+
+def ready(conditions: list[dict]) -> tuple[Status, str, str]:
+    """Ready = SchedulerReady ∧ PolicySynced ∧ ScopeSynced ∧ GracePeriodSafe ∧ PlacementVerified≠False.
+
+    The first False input names the reason; failing that the first Unknown one (PlacementVerified
+    Unknown, i.e. no sandbox pod yet, does not hold Ready back).
+    """
+    current = {t: find(conditions, t) for t in READY_INPUTS}
+    for wanted in ("False", "Unknown"):
+        for ctype in READY_INPUTS:
+            cond = current[ctype]
+            status = cond.get("status") if cond else "Unknown"
+            if ctype == "PlacementVerified" and status == "Unknown":
+                continue
+            if status == wanted:
+                reason = cond.get("reason") if cond else "NotReconciled"
+                message = f"{ctype}: {cond.get('message')}" if cond and cond.get("message") else f"{ctype} is {status}"
+                return wanted, reason, message
+    return "True", "Ready", "sandboxes of this runner are placed by the SUNK scheduler"
+
+
+def with_ready(conditions: list[dict], generation: int | None, now: str) -> list[dict]:
+    status, reason, message = ready(conditions)
+    return set_condition(conditions, "Ready", status, reason, message, generation, now)
+
+
+def initial(generation: int | None, now: str) -> list[dict]:
+    """Every condition Unknown/NotReconciled: the resource is alive before anything is known."""
+    conds: list[dict] = []
+    for ctype in CONDITION_TYPES:
+        conds = set_condition(conds, ctype, "Unknown", "NotReconciled", "not reconciled yet", generation, now)
+    return conds

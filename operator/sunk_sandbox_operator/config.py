@@ -1,0 +1,36 @@
+"""Process-wide operator settings, from the environment (the `run` flags set these)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+def _float(name: str, default: float) -> float:
+    return float(os.environ.get(name, default))
+
+
+@dataclass(frozen=True)
+class Config:
+    # Namespace events within this window go out as one scope write.
+    scope_window_seconds: float = 0.2
+    # At most one coalesced status patch per binding per this many seconds (pod churn).
+    status_min_interval_seconds: float = 2.0
+    # Minimum seconds between two Warning events of the same hazard on one binding.
+    hazard_event_interval_seconds: float = 60.0
+    # Upper bound for the resync interval jitter (fraction of the interval).
+    resync_jitter: float = 0.1
+    # Stale-etag retries of one policy write before ConflictRetriesExhausted.
+    policy_conflict_retries: int = 5
+    metrics_port: int = 0
+
+
+def load() -> Config:
+    return Config(
+        scope_window_seconds=_float("SSB_SCOPE_WINDOW_SECONDS", 0.2),
+        status_min_interval_seconds=_float("SSB_STATUS_MIN_INTERVAL_SECONDS", 2.0),
+        hazard_event_interval_seconds=_float("SSB_HAZARD_EVENT_INTERVAL_SECONDS", 60.0),
+        resync_jitter=_float("SSB_RESYNC_JITTER", 0.1),
+        policy_conflict_retries=int(_float("SSB_POLICY_CONFLICT_RETRIES", 5)),
+        metrics_port=int(_float("SSB_METRICS_PORT", 0)),
+    )

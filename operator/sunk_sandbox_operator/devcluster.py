@@ -1,0 +1,378 @@
+"""A real local control plane (etcd + kube-apiserver) for tests and the demo.
+
+No controller-manager, scheduler or kubelet: tests create Pod objects and set their status.
+Binaries are built from the pinned Go wrapper modules in hack/ (envtest's approach) and cached
+per version; `$KUBEBUILDER_ASSETS` (a directory holding etcd, kube-apiserver, kubectl) wins.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+HACK = REPO_ROOT / "hack"
+CACHE_ROOT = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sunk-sandbox-operator" / "k8s"
+STATE_DIR = REPO_ROOT / ".devcluster"
+BINARIES = ("etcd", "kube-apiserver", "kubectl")
+
+
+def _pinned(module_dir: Path, module: str) -> str:
+    text = (module_dir / "go.mod").read_text()
+    match = re.search(rf"^\s*(?:require\s+)?{re.escape(module)}\s+(v\S+)", text, re.M)
+    if not match:
+        raise RuntimeError(f"{module} is not pinned in {module_dir / 'go.mod'}")
+    return match.group(1)
+
+
+def versions() -> tuple[str, str]:
+    """(Kubernetes, etcd) versions pinned by the wrapper modules."""
+    return _pinned(HACK / "kube", "k8s.io/kubernetes"), _pinned(HACK / "etcd", "go.etcd.io/etcd/server/v3")
+
+
+def _log(msg: str) -> None:
+    print(f"[devcluster] {msg}", file=sys.stderr, flush=True)
+
+
+def build_binaries(dest: Path) -> None:
+    """Build kube-apiserver, kubectl and etcd with `go build` (cold: minutes; then cached)."""
+    kube, etcd = versions()
+    minor = kube.lstrip("v").split(".")
+    env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod"}
+    tmp = dest.with_name(dest.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    ldflags = (
+        f"-s -w -X k8s.io/component-base/version.gitVersion={kube} "
+        f"-X k8s.io/component-base/version.gitMajor={minor[0]} -X k8s.io/component-base/version.gitMinor={minor[1]}"
+    )
+    started = time.monotonic()
+    _log(f"building kube-apiserver and kubectl {kube} (first time only, several minutes)")
+    subprocess.run(
+        ["go", "build", "-trimpath", "-ldflags", ldflags, "-o", str(tmp) + "/",
+         "k8s.io/kubernetes/cmd/kube-apiserver", "k8s.io/kubernetes/cmd/kubectl"],
+        cwd=HACK / "kube", env=env, check=True,
+    )
+    _log(f"building etcd {etcd}")
+    subprocess.run(
+        ["go", "build", "-trimpath", "-ldflags", "-s -w", "-o", str(tmp / "etcd"), "go.etcd.io/etcd/server/v3"],
+        cwd=HACK / "etcd", env=env, check=True,
+    )
+    tmp.rename(dest)
+    _log(f"built in {time.monotonic() - started:.0f}s into {dest}")
+
+
+def ensure_binaries() -> Path:
+    assets = os.environ.get("KUBEBUILDER_ASSETS")
+    if assets:
+        path = Path(assets)
+        missing = [b for b in BINARIES if not (path / b).exists()]
+        if missing:
+            raise RuntimeError(f"KUBEBUILDER_ASSETS={assets} lacks {', '.join(missing)}")
+        return path
+    kube, etcd = versions()
+    dest = CACHE_ROOT / f"kube-{kube}_etcd-{etcd}"
+    if not all((dest / b).exists() for b in BINARIES):
+        shutil.rmtree(dest, ignore_errors=True)
+        build_binaries(dest)
+    return dest
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ------------------------------------------------------------------ certificates
+
+
+def _write_certs(d: Path) -> None:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
+    from cryptography.x509.oid import NameOID
+    import ipaddress
+
+    now = dt.datetime.now(dt.timezone.utc)
+
+    def key():
+        return ec.generate_private_key(ec.SECP256R1())
+
+    def pem_key(k) -> bytes:
+        return k.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+
+    def name(cn: str, org: str | None = None):
+        attrs = [x509.NameAttribute(NameOID.COMMON_NAME, cn)]
+        if org:
+            attrs.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, org))
+        return x509.Name(attrs)
+
+    def cert(subject, pub, issuer, issuer_key, *, ca=False, server=False, client=False):
+        b = (
+            x509.CertificateBuilder()
+            .subject_name(subject).issuer_name(issuer).public_key(pub)
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=30))
+            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        )
+        if ca:
+            b = b.add_extension(x509.KeyUsage(True, False, False, False, False, True, True, False, False), critical=True)
+        else:
+            usages = ([x509.ExtendedKeyUsageOID.SERVER_AUTH] if server else []) + (
+                [x509.ExtendedKeyUsageOID.CLIENT_AUTH] if client else [])
+            b = b.add_extension(x509.ExtendedKeyUsage(usages), critical=False)
+        if server:
+            b = b.add_extension(x509.SubjectAlternativeName(
+                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        return b.sign(issuer_key, hashes.SHA256())
+
+    def pem(c) -> bytes:
+        return c.public_bytes(serialization.Encoding.PEM)
+
+    serving_ca_key, client_ca_key = key(), key()
+    serving_ca = cert(name("devcluster-serving-ca"), serving_ca_key.public_key(), name("devcluster-serving-ca"), serving_ca_key, ca=True)
+    client_ca = cert(name("devcluster-client-ca"), client_ca_key.public_key(), name("devcluster-client-ca"), client_ca_key, ca=True)
+    serving_key, admin_key = key(), key()
+    serving = cert(name("kube-apiserver"), serving_key.public_key(), serving_ca.subject, serving_ca_key, server=True)
+    admin = cert(name("admin", "system:masters"), admin_key.public_key(), client_ca.subject, client_ca_key, client=True)
+    sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+    files = {
+        "serving-ca.crt": pem(serving_ca),
+        "client-ca.crt": pem(client_ca),
+        "apiserver.crt": pem(serving),
+        "apiserver.key": pem_key(serving_key),
+        "admin.crt": pem(admin),
+        "admin.key": pem_key(admin_key),
+        "sa.key": pem_key(sa_key),
+        "sa.pub": sa_key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo),
+    }
+    for fname, data in files.items():
+        (d / fname).write_bytes(data)
+        os.chmod(d / fname, 0o600)
+
+
+def kubeconfig_text(server: str, ca_pem: bytes, *, cert_pem: bytes | None = None, key_pem: bytes | None = None,
+                    token: str | None = None, user: str = "admin", namespace: str | None = None) -> str:
+    """A kubeconfig for one user (client certificate or bearer token)."""
+    b64 = lambda b: base64.b64encode(b).decode()  # noqa: E731
+    creds: dict = {"token": token} if token else {
+        "client-certificate-data": b64(cert_pem), "client-key-data": b64(key_pem)}
+    ctx: dict = {"cluster": "devcluster", "user": user}
+    if namespace:
+        ctx["namespace"] = namespace
+    cfg = {
+        "apiVersion": "v1", "kind": "Config", "current-context": "devcluster",
+        "clusters": [{"name": "devcluster", "cluster": {"server": server, "certificate-authority-data": b64(ca_pem)}}],
+        "users": [{"name": user, "user": creds}],
+        "contexts": [{"name": "devcluster", "context": ctx}],
+    }
+    return json.dumps(cfg, indent=2)
+
+
+# ------------------------------------------------------------------ the cluster
+
+
+@dataclass
+class DevCluster:
+    """etcd + kube-apiserver on free loopback ports, state in `workdir`."""
+
+    workdir: Path
+    bindir: Path = field(default_factory=ensure_binaries)
+    etcd_port: int = 0
+    api_port: int = 0
+    pids: dict[str, int] = field(default_factory=dict)
+    _procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.api_port}"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.workdir / "admin.kubeconfig"
+
+    @property
+    def kubectl(self) -> Path:
+        return self.bindir / "kubectl"
+
+    @property
+    def ca_file(self) -> Path:
+        return self.workdir / "serving-ca.crt"
+
+    def start(self, *, detach: bool = False, timeout: float = 90.0) -> "DevCluster":
+        started = time.monotonic()
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        _write_certs(self.workdir)
+        self.etcd_port, peer = free_port(), free_port()
+        self.api_port = free_port()
+        etcd_url = f"http://127.0.0.1:{self.etcd_port}"
+        self._spawn("etcd", [
+            str(self.bindir / "etcd"), "--data-dir", str(self.workdir / "etcd"),
+            "--listen-client-urls", etcd_url, "--advertise-client-urls", etcd_url,
+            "--listen-peer-urls", f"http://127.0.0.1:{peer}", "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+            "--initial-cluster", f"default=http://127.0.0.1:{peer}",
+            "--unsafe-no-fsync", "--quota-backend-bytes", str(4 * 1024**3), "--log-level", "warn",
+        ], detach)
+        d = self.workdir
+        self._spawn("kube-apiserver", [
+            str(self.bindir / "kube-apiserver"), f"--etcd-servers={etcd_url}", f"--cert-dir={d}",
+            f"--tls-cert-file={d / 'apiserver.crt'}", f"--tls-private-key-file={d / 'apiserver.key'}",
+            f"--secure-port={self.api_port}", "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+            "--service-cluster-ip-range=10.0.0.0/24", "--allow-privileged=true",
+            "--disable-admission-plugins=ServiceAccount", "--authorization-mode=RBAC",
+            f"--service-account-issuer={self.server}/", f"--service-account-key-file={d / 'sa.pub'}",
+            f"--service-account-signing-key-file={d / 'sa.key'}", f"--client-ca-file={d / 'client-ca.crt'}",
+            "--api-audiences=https://kubernetes.default.svc", "--max-requests-inflight=2000",
+            "--max-mutating-requests-inflight=1000", "--event-ttl=1h", "-v=0",
+            "--endpoint-reconciler-type=none",  # loopback advertise address: no kubernetes Endpoints
+        ], detach)
+        self.kubeconfig.write_text(kubeconfig_text(
+            self.server, (d / "serving-ca.crt").read_bytes(),
+            cert_pem=(d / "admin.crt").read_bytes(), key_pem=(d / "admin.key").read_bytes()))
+        self._wait_ready(timeout)
+        (d / "state.json").write_text(json.dumps(
+            {"pids": self.pids, "server": self.server, "kubeconfig": str(self.kubeconfig), "bindir": str(self.bindir)}))
+        _log(f"control plane ready at {self.server} in {time.monotonic() - started:.1f}s")
+        return self
+
+    def _spawn(self, name: str, argv: list[str], detach: bool) -> None:
+        log = open(self.workdir / f"{name}.log", "ab")
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+        log.close()
+        self.pids[name] = proc.pid
+        if not detach:
+            self._procs[name] = proc
+
+    def _wait_ready(self, timeout: float) -> None:
+        ctx = ssl.create_default_context(cafile=str(self.ca_file))
+        ctx.load_cert_chain(str(self.workdir / "admin.crt"), str(self.workdir / "admin.key"))
+        deadline = time.monotonic() + timeout
+        last = ""
+        while time.monotonic() < deadline:
+            for name, proc in self._procs.items():
+                if proc.poll() is not None:
+                    tail = (self.workdir / f"{name}.log").read_text(errors="replace")[-3000:]
+                    self.stop()
+                    raise RuntimeError(f"{name} exited with {proc.returncode}:\n{tail}")
+            try:
+                with urllib.request.urlopen(f"{self.server}/readyz", context=ctx, timeout=2) as resp:
+                    if resp.status == 200:
+                        return
+            except Exception as exc:  # not up yet
+                last = str(exc)
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"kube-apiserver not ready after {timeout}s: {last}")
+
+    def stop(self, timeout: float = 10.0) -> None:
+        stop_pids(self.pids, timeout)
+        self._procs.clear()
+
+    def kubectl_run(self, *args: str, kubeconfig: Path | None = None, input: str | None = None,
+                    check: bool = True) -> subprocess.CompletedProcess:
+        out = subprocess.run(
+            [str(self.kubectl), f"--kubeconfig={kubeconfig or self.kubeconfig}", *args],
+            input=input, capture_output=True, text=True, timeout=120)
+        if check and out.returncode != 0:
+            raise RuntimeError(f"kubectl {' '.join(args)} failed ({out.returncode}): {out.stderr.strip()}")
+        return out
+
+
+def stop_pids(pids: dict[str, int], timeout: float = 10.0) -> None:
+    """SIGTERM the apiserver before etcd, then SIGKILL whatever outlives the timeout."""
+    for name in ("kube-apiserver", "etcd"):
+        pid = pids.get(name)
+        if pid is None:
+            continue
+        try:
+            os.killpg(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            continue
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    break
+            except ChildProcessError:  # not our child (detached `up`): poll for existence
+                try:
+                    os.kill(pid, 0)
+                except ProcessLookupError:
+                    break
+            time.sleep(0.1)
+        else:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+
+
+# ------------------------------------------------------------------ CLI
+
+
+def up(workdir: Path = STATE_DIR) -> DevCluster:
+    if (workdir / "state.json").exists():
+        down(workdir)
+    shutil.rmtree(workdir, ignore_errors=True)
+    return DevCluster(workdir).start(detach=True)
+
+
+def down(workdir: Path = STATE_DIR) -> bool:
+    state_file = workdir / "state.json"
+    if not state_file.exists():
+        return False
+    stop_pids(json.loads(state_file.read_text())["pids"])
+    state_file.unlink()
+    return True
+
+
+def env_lines(workdir: Path = STATE_DIR) -> str:
+    state = json.loads((workdir / "state.json").read_text())
+    return f"export KUBECONFIG={state['kubeconfig']}\nexport PATH={state['bindir']}:$PATH\n"
+
+
+def main(argv: list[str]) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="sunk-sandbox-operator devcluster",
+                                     description="Local etcd + kube-apiserver for tests and the demo.")
+    parser.add_argument("action", choices=["up", "down", "env", "build"])
+    parser.add_argument("--dir", type=Path, default=STATE_DIR, help="state directory (default: .devcluster/)")
+    args = parser.parse_args(argv)
+    if args.action == "build":
+        print(ensure_binaries())
+    elif args.action == "up":
+        cluster = up(args.dir)
+        print(f"control plane at {cluster.server}; run: eval \"$(sunk-sandbox-operator devcluster env)\"")
+    elif args.action == "down":
+        print("stopped" if down(args.dir) else "not running")
+    else:
+        try:
+            sys.stdout.write(env_lines(args.dir))
+        except FileNotFoundError:
+            print("devcluster is not running: sunk-sandbox-operator devcluster up", file=sys.stderr)
+            return 1
+    return 0
+
+
+def temp_cluster() -> DevCluster:
+    """A throwaway cluster in a temp dir (pytest session fixture)."""
+    return DevCluster(Path(tempfile.mkdtemp(prefix="ssb-devcluster-"))).start()

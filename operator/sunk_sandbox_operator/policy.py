@@ -1,0 +1,506 @@
+"""Pure merge / restore / diff of a runner policy document.
+
+The runner API replaces the whole policy on update, so the operator reads it, changes only the
+paths it owns and writes the rest back untouched. Everything here is pure: no I/O, no clock.
+
+Paths are strings recorded in status (`status.policy.owned[].path`):
+
+    base.spec.schedulerName
+    base.metadata.annotations["sunk.coreweave.com/partition"]
+    $                                   (the whole document)
+
+A segment made only of ``[A-Za-z0-9_-]`` is written after a dot; any other segment (annotation
+keys hold dots and slashes) as a JSON string in brackets.
+
+Owned entries come in two kinds, told apart by the value found at their path:
+
+* a field we set: ``value`` is the string we wrote, ``previous`` what was there before
+  (``None``: the key did not exist);
+* an object we created to hold our fields (``value`` is ``{}``, ``previous`` ``None``), so that
+  restore can remove it again once it is empty. ``$`` with ``{}`` means the policy was ``null``.
+
+Restore only puts back a path whose current value is still ours: a later change by another
+admin wins. A JSON ``null`` on one of our paths counts as absent (proto3 JSON semantics).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+from .model import ANNOTATION_PREFIX, BindingSpec, OwnedPath
+
+Path = tuple[str, ...]
+
+ROOT = "$"
+# Value recorded for an object the operator created (compared with a live empty object).
+CREATED = "{}"
+
+SCHEDULER_NAME_PATH: Path = ("base", "spec", "schedulerName")
+ANNOTATIONS_PATH: Path = ("base", "metadata", "annotations")
+LABELS_PATH: Path = ("base", "metadata", "labels")
+NODE_SELECTOR_PATH: Path = ("base", "spec", "nodeSelector")
+GRACE_PATH: Path = ("base", "spec", "terminationGracePeriodSeconds")
+DENIED_PREFIX_PATHS: tuple[Path, ...] = (
+    ("constraints", "metadata", "denied_annotation_prefixes"),
+    ("constraints", "metadata", "deniedAnnotationPrefixes"),
+)
+# Pod spec fields the runner API rejects in `base` (domain.md §5).
+FORBIDDEN_BASE_SPEC = ("affinity", "securityContext", "runtimeClassName", "initContainers",
+                       "terminationGracePeriodSeconds")
+
+_PLAIN = re.compile(r"[A-Za-z0-9_-]+")
+_MISSING: Any = object()
+
+
+class PolicyError(ValueError):
+    """A binding/policy combination that must not be written; the message names field and fix."""
+
+
+@dataclass(frozen=True)
+class Desired:
+    """The fields the operator wants in the policy: formatted path -> string value."""
+
+    values: dict[str, str]
+
+
+@dataclass(frozen=True)
+class MergeResult:
+    policy: dict | None  # None only when current was None and nothing is desired
+    owned: list[OwnedPath]
+    changed: bool  # False: the caller writes nothing
+    warnings: list[str] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------- paths
+
+
+def format_path(segments: Sequence[str]) -> str:
+    """('base','metadata','annotations','a.b/c') -> base.metadata.annotations["a.b/c"]."""
+    if not segments:
+        return ROOT
+    out = []
+    for i, seg in enumerate(segments):
+        if _PLAIN.fullmatch(seg):
+            out.append(seg if i == 0 else "." + seg)
+        else:
+            out.append("[" + json.dumps(seg, ensure_ascii=False) + "]")
+    return "".join(out)
+
+
+def parse_path(text: str) -> Path:
+    """Inverse of format_path; raises PolicyError on a malformed path."""
+    if text == ROOT:
+        return ()
+    decoder = json.JSONDecoder()
+    segments: list[str] = []
+    pos = 0
+    while pos < len(text):
+        ch = text[pos]
+        if ch == "[":
+            try:
+                seg, end = decoder.raw_decode(text, pos + 1)
+            except json.JSONDecodeError:
+                seg, end = None, pos
+            if not isinstance(seg, str) or end >= len(text) or text[end] != "]":
+                raise PolicyError(f"malformed policy path {text!r} at {pos}: expected [\"key\"]")
+            segments.append(seg)
+            pos = end + 1
+            continue
+        if segments:
+            if ch != ".":
+                raise PolicyError(f"malformed policy path {text!r} at {pos}: expected . or [")
+            pos += 1
+        m = _PLAIN.match(text, pos)
+        if not m:
+            raise PolicyError(f"malformed policy path {text!r} at {pos}: expected a name")
+        segments.append(m.group())
+        pos = m.end()
+    if not segments:
+        raise PolicyError("malformed policy path '': use $ for the whole document")
+    return tuple(segments)
+
+
+def annotation_path(key: str) -> str:
+    return format_path(ANNOTATIONS_PATH + (key,))
+
+
+# ---------------------------------------------------------------- small helpers
+
+
+def _json_type(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "boolean"
+    if isinstance(v, (int, float)):
+        return "number"
+    if isinstance(v, str):
+        return "string"
+    if isinstance(v, list):
+        return "array"
+    if isinstance(v, dict):
+        return "object"
+    return type(v).__name__
+
+
+def _show(v: Any) -> str:
+    return json.dumps(v, ensure_ascii=False)
+
+
+def _get(doc: Any, path: Path) -> Any:
+    """Value at path, or _MISSING (also when a container on the way is not an object)."""
+    node = doc
+    for seg in path:
+        if not isinstance(node, dict) or seg not in node:
+            return _MISSING
+        node = node[seg]
+    return node
+
+
+def strict_equal(a: Any, b: Any) -> bool:
+    """JSON equality that tells true from 1 and 1 from 1.0 (Python's == does not)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(strict_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(strict_equal(x, y) for x, y in zip(a, b))
+    return bool(a == b)
+
+
+# ---------------------------------------------------------------- validation
+
+
+def _expect(policy: dict, path: Path, kind: str) -> Any:
+    """Check the value at path is absent, null or of `kind` (object/string/array)."""
+    value = _get(policy, path)
+    if value is _MISSING or value is None:
+        return None
+    if _json_type(value) != kind:
+        article = "an" if kind[0] in "aeiou" else "a"
+        raise PolicyError(
+            f"policy {format_path(path)}: must be {article} {kind}, got {_json_type(value)} {_show(value)[:60]}"
+        )
+    return value
+
+
+def _expect_string_map(policy: dict, path: Path) -> None:
+    value = _expect(policy, path, "object")
+    for k, v in (value or {}).items():
+        if not isinstance(v, str):
+            raise PolicyError(
+                f"policy {format_path(path + (k,))}: must be a string, got {_json_type(v)} {_show(v)[:60]}"
+            )
+
+
+def validate_policy(policy: Any) -> None:
+    """Raise PolicyError, naming the path, for a document the merge cannot safely edit."""
+    if policy is None:
+        return
+    if not isinstance(policy, dict):
+        raise PolicyError(f"policy: must be a JSON object or null, got {_json_type(policy)}")
+    for path in (("base",), ("base", "metadata"), ("base", "spec"), ("constraints",),
+                 ("constraints", "metadata")):
+        _expect(policy, path, "object")
+    _expect_string_map(policy, ANNOTATIONS_PATH)
+    _expect_string_map(policy, LABELS_PATH)
+    _expect_string_map(policy, NODE_SELECTOR_PATH)
+    _expect(policy, SCHEDULER_NAME_PATH, "string")
+    for path in DENIED_PREFIX_PATHS:
+        for i, entry in enumerate(_expect(policy, path, "array") or []):
+            if not isinstance(entry, str):
+                raise PolicyError(
+                    f"policy {format_path(path)}[{i}]: must be a string, got {_json_type(entry)}"
+                )
+
+
+# ---------------------------------------------------------------- warnings
+
+
+def _denied_prefixes(policy: dict) -> list[tuple[Path, str]]:
+    out = []
+    for path in DENIED_PREFIX_PATHS:
+        value = _get(policy, path)
+        if isinstance(value, list):
+            out.extend((path, p) for p in value if isinstance(p, str))
+    return out
+
+
+def _instance_type_fields(node: Any, path: Path) -> Iterable[Path]:
+    """Keys naming instance types (instanceTypes, instance_types, ...) anywhere below node."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            if "instancetype" in k.lower().replace("_", "").replace("-", "") and v not in (None, [], {}, ""):
+                yield path + (k,)
+            else:
+                yield from _instance_type_fields(v, path + (k,))
+    elif isinstance(node, list):
+        for item in node:
+            yield from _instance_type_fields(item, path)
+
+
+def policy_warnings(policy: dict | None, client_annotations: Iterable[str] = ()) -> list[str]:
+    """Findings worth reporting; never a reason to delete anything from the policy."""
+    if not isinstance(policy, dict):
+        return []
+    clients = list(client_annotations)
+    out: list[str] = []
+    spec = _get(policy, ("base", "spec"))
+    spec = spec if isinstance(spec, dict) else {}
+
+    node_selector = spec.get("nodeSelector")
+    if node_selector not in (None, {}):
+        out.append(
+            f"{format_path(NODE_SELECTOR_PATH)} {_show(node_selector)} conflicts with Slurm placement, "
+            "causes NodeAffinity errors: target nodes with partition/constraint annotations instead "
+            "(spec.partition, spec.slurm.constraint) and remove it from the policy"
+        )
+    if spec.get("nodeName") not in (None, ""):
+        out.append(
+            "base.spec.nodeName bypasses the SUNK scheduler entirely: remove it from the policy"
+        )
+    for name in FORBIDDEN_BASE_SPEC:
+        if name in spec:
+            extra = (" (sandbox grace periods must stay below the Slurm kill-wait minus 5 s; set them per sandbox)"
+                     if name == "terminationGracePeriodSeconds" else "")
+            out.append(
+                f"base.spec.{name} is present but the runner API rejects it in base{extra}: remove it, "
+                "or every policy update will fail"
+            )
+    for kind in ("containers", "initContainers"):
+        containers = spec.get(kind)
+        for i, c in enumerate(containers if isinstance(containers, list) else []):
+            if isinstance(c, dict) and "securityContext" in c:
+                out.append(
+                    f"base.spec.{kind}[{i}].securityContext is present but the runner API rejects "
+                    "container securityContext in base: remove it"
+                )
+    # nodeSelector is reported above; labels and annotations do not restrict placement.
+    spec_rest = {k: v for k, v in spec.items() if k != "nodeSelector"}
+    places = [(("constraints",), _get(policy, ("constraints",))), (("base", "spec"), spec_rest)]
+    for path in (p for root, node in places for p in _instance_type_fields(node, root)):
+        out.append(
+            f"{format_path(path)} limits instance types, which can conflict with Slurm placement "
+            "(NodeAffinity errors): target nodes with partition/constraint annotations instead"
+        )
+
+    annotations = _get(policy, ANNOTATIONS_PATH)
+    annotations = annotations if isinstance(annotations, dict) else {}
+    for key in clients:
+        if key in annotations:
+            out.append(
+                f"{annotation_path(key)} is set by the policy, but spec.clientAnnotations leaves "
+                f"{key} to clients: policy annotations win, so clients cannot choose it; remove it "
+                "from the policy"
+            )
+    for path, prefix in _denied_prefixes(policy):
+        for key in clients:
+            if key.startswith(prefix):
+                out.append(
+                    f"{format_path(path)} entry {_show(prefix)} denies client annotation {_show(key)} "
+                    "(spec.clientAnnotations): clients cannot set it; remove or narrow that prefix"
+                )
+    return out
+
+
+# ---------------------------------------------------------------- desired
+
+
+def desired_fields(spec: BindingSpec, scheduler_name: str) -> Desired:
+    """The scheduler name plus the annotations the binding pins."""
+    if not scheduler_name or scheduler_name != scheduler_name.strip() or any(c.isspace() for c in scheduler_name):
+        raise PolicyError(
+            f"scheduler name {scheduler_name!r} is empty or holds whitespace: set spec.scheduler.name "
+            "or let discovery find the SUNK scheduler"
+        )
+    pinned = spec.pinned_annotations()
+    # The model rejects this too; kept because a spec can be built without validation.
+    clash = sorted(k for k in pinned if k in spec.client_annotations)
+    if clash:
+        raise PolicyError(
+            f"{clash[0]} is both pinned (spec.partition/spec.slurm) and in spec.clientAnnotations: "
+            "remove one of the two"
+        )
+    values = {format_path(SCHEDULER_NAME_PATH): scheduler_name}
+    for key, value in pinned.items():
+        values[annotation_path(key)] = value
+    return Desired(values)
+
+
+def _check_desired(paths: dict[Path, str], client_annotations: Sequence[str]) -> None:
+    for path, value in paths.items():
+        shown = format_path(path)
+        if not path:
+            raise PolicyError("desired path $: the operator never replaces the whole policy")
+        if not isinstance(value, str):
+            raise PolicyError(f"desired {shown}: value must be a string, got {_json_type(value)}")
+        if path[:2] == ("base", "spec") and len(path) > 2 and path[2] in FORBIDDEN_BASE_SPEC:
+            raise PolicyError(f"desired {shown}: the runner API rejects base.spec.{path[2]}; never set it")
+        if path[:3] == ANNOTATIONS_PATH and len(path) == 4 and path[3] in client_annotations:
+            raise PolicyError(
+                f"{path[3]} is both pinned and in spec.clientAnnotations: remove one of the two"
+            )
+        for other in paths:
+            if other != path and other[: len(path)] == path:
+                raise PolicyError(f"desired {shown} and {format_path(other)} overlap")
+
+
+# ---------------------------------------------------------------- merge / restore
+
+
+def _ours(current: Any, entry: OwnedPath) -> bool:
+    """Does the live value still hold what we wrote (a string, or an object we created)?"""
+    if isinstance(current, str):
+        return current == entry.value
+    return entry.value == CREATED and isinstance(current, dict) and not current
+
+
+def _release(doc: dict | None, entries: list[tuple[Path, OwnedPath]]) -> dict | None:
+    """Put back `previous` where the value is still ours, deepest paths first; mutates doc."""
+    for path, entry in sorted(entries, key=lambda pe: len(pe[0]), reverse=True):
+        if not path:
+            if doc is not None and _ours(doc, entry):
+                doc = None  # the policy was null before we created it
+            continue
+        parent = _get(doc, path[:-1])
+        if not isinstance(parent, dict) or path[-1] not in parent or not _ours(parent[path[-1]], entry):
+            continue  # gone or changed by someone else: theirs now
+        if entry.previous is None:
+            del parent[path[-1]]
+        else:
+            parent[path[-1]] = entry.previous
+    return doc
+
+
+def _index(owned: Iterable[OwnedPath]) -> dict[Path, OwnedPath]:
+    out: dict[Path, OwnedPath] = {}
+    for entry in owned:
+        out.setdefault(parse_path(entry.path), entry)  # first record wins on duplicates
+    return out
+
+
+def merge(
+    current: dict | None,
+    desired: Desired,
+    owned: Sequence[OwnedPath] = (),
+    client_annotations: Sequence[str] = (),
+) -> MergeResult:
+    """Set every desired path in a copy of current, touching nothing else."""
+    validate_policy(current)
+    paths = {parse_path(p): v for p, v in desired.values.items()}
+    _check_desired(paths, list(client_annotations))
+    entries = _index(owned)
+    containers = {path[:i] for path in paths for i in range(len(path))}
+
+    doc = copy.deepcopy(current)
+    # Owned paths no longer desired go back to what they were (if still ours).
+    stale = [(p, e) for p, e in entries.items() if p not in paths and p not in containers]
+    doc = _release(doc, stale)
+    for p, _ in stale:
+        del entries[p]
+
+    if paths and doc is None:
+        doc = {}
+        entries.setdefault((), OwnedPath(path=ROOT, value=CREATED))
+    for path, value in paths.items():
+        node = doc
+        for i, seg in enumerate(path[:-1]):
+            child = node.get(seg)
+            if child is None:  # absent or null: ours to create (and remove again)
+                child = node[seg] = {}
+                entries.setdefault(path[: i + 1], OwnedPath(path=format_path(path[: i + 1]), value=CREATED))
+            elif not isinstance(child, dict):
+                raise PolicyError(
+                    f"policy {format_path(path[: i + 1])}: is a {_json_type(child)}, not an object, "
+                    f"so {format_path(path)} cannot be set: fix the policy"
+                )
+            node = child
+        old = node.get(path[-1])
+        if old is not None and not isinstance(old, str):
+            raise PolicyError(
+                f"policy {format_path(path)}: holds a {_json_type(old)}, expected a string: fix the policy"
+            )
+        prior = entries.get(path)
+        # Keep the original previous: our own earlier value is never "what was there before".
+        previous = prior.previous if prior is not None else old
+        entries[path] = OwnedPath(path=format_path(path), value=value, previous=previous)
+        node[path[-1]] = value
+
+    # Deterministic order: for each desired path, the objects we created on its way, then it.
+    ordered: list[OwnedPath] = []
+    seen: set[Path] = set()
+    for path in paths:
+        for i in range(len(path) + 1):
+            key = path[:i]
+            if key in entries and key not in seen:
+                seen.add(key)
+                ordered.append(entries[key])
+
+    changed = not strict_equal(doc, current)
+    return MergeResult(
+        policy=doc, owned=ordered, changed=changed,
+        warnings=policy_warnings(doc, client_annotations),
+    )
+
+
+def restore(current: dict | None, owned: Sequence[OwnedPath]) -> dict | None:
+    """Remove our fields where they still hold our value; later admin changes win."""
+    if current is not None and not isinstance(current, dict):
+        raise PolicyError(f"policy: must be a JSON object or null, got {_json_type(current)}")
+    entries = list(_index(owned).items())
+    return _release(copy.deepcopy(current), entries)
+
+
+# ---------------------------------------------------------------- diff
+
+
+def _leaves(sign: str, path: Path, v: Any, out: list[str]) -> None:
+    # A whole added/removed object is listed leaf by leaf: one line per field is easier to review.
+    if isinstance(v, dict) and v:
+        for k, child in v.items():
+            _leaves(sign, path + (k,), child, out)
+    elif sign == "+":
+        out.append(f"+ {format_path(path)} = {_show(v)}")
+    else:
+        out.append(f"- {format_path(path)}")
+
+
+def _diff(path: Path, a: Any, b: Any, out: list[str]) -> None:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k, v in a.items():
+            if k in b:
+                _diff(path + (k,), v, b[k], out)
+            else:
+                _leaves("-", path + (k,), v, out)
+        for k, v in b.items():
+            if k not in a:
+                _leaves("+", path + (k,), v, out)
+    elif not strict_equal(a, b):
+        out.append(f"{format_path(path)}: {_show(a)} -> {_show(b)}")
+
+
+def diff(before: dict | None, after: dict | None) -> list[str]:
+    """Readable changes: 'p: "a" -> "b"', '+ p = v', '- p'; null <-> object shown at $."""
+    out: list[str] = []
+    if before is None and after is None:
+        return out
+    if before is None:
+        out.append(f"{ROOT}: null -> {{}}")
+        _diff((), {}, after, out)
+    elif after is None:
+        _diff((), before, {}, out)
+        out.append(f"{ROOT}: {{}} -> null")
+    else:
+        _diff((), before, after, out)
+    return out
+
+
+__all__ = [
+    "ANNOTATION_PREFIX", "CREATED", "Desired", "MergeResult", "PolicyError", "ROOT",
+    "annotation_path", "desired_fields", "diff", "format_path", "merge", "parse_path",
+    "policy_warnings", "restore", "strict_equal", "validate_policy",
+]

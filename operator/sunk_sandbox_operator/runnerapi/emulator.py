@@ -1,0 +1,599 @@
+"""In-memory emulator of the runner management API, for tests, the demo and users' dry runs.
+
+Same contract as the real service (domain.md section 5): Connect unary JSON, bearer auth with
+the sandbox_admin role, etag concurrency (`failed_precondition` on a stale etag, nothing
+changed), rejection of forbidden `base` fields, `policy: null` for a runner never configured.
+Knobs add latency, random or scripted errors, and a concurrent "other admin" writer.
+
+Response shape (Get and Update alike), top level as domain.md shows it:
+    {"runnerId": "...", "identity": {...}, "policy": {...} | null, "etag": "..."}
+With the `wrap_responses` knob the same object comes wrapped in {"managedRunner": ...}.
+Errors: {"code": "...", "message": "..."} with the HTTP status of the code; an unknown path is
+a bare 404 (no body), as a Connect server answers it.
+
+Admin endpoints (no bearer, loopback clients only):
+    GET  /_emulator/healthz        -> {"ok": true}
+    GET  /_emulator/state          -> {"runners", "write_log", "call_log", "knobs"}
+    POST /_emulator/knobs          {latency_seconds, error_rates, fail_next, retry_after_seconds,
+                                    other_admin, wrap_responses} (any subset)
+    POST /_emulator/runners/{id}   {"policy": ..., "identity"?: ...}: write as another admin
+                                    (creates the runner if needed, new etag, logged)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import copy
+import ipaddress
+import json
+import logging
+import random
+import secrets
+import signal
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+from aiohttp import web
+
+from .errors import CODE_TO_HTTP
+
+log = logging.getLogger(__name__)
+
+SERVICE = "coreweave.sandbox.v1.RunnerManagementService"
+OTHER_ADMIN_COUNTER = "otherAdminEdits"
+
+# Fields the policy may not set in `base`, as paths under `base` (both pod-spec spellings).
+_FORBIDDEN_IN_BASE: tuple[tuple[str, ...], ...] = tuple(
+    path
+    for name in ("affinity", "securityContext", "runtimeClassName", "initContainers", "terminationGracePeriodSeconds")
+    for path in (("spec", name), (name,))
+)
+_SNAKE = {
+    "securityContext": "security_context",
+    "runtimeClassName": "runtime_class_name",
+    "initContainers": "init_containers",
+    "terminationGracePeriodSeconds": "termination_grace_period_seconds",
+}
+
+
+# ---------------------------------------------------------------- pure core
+
+
+class ApiError(Exception):
+    """An error answer of the emulated service."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+def _get(obj: Mapping[str, Any], *keys: str) -> Any:
+    """The first of `keys` present in `obj` (the envelope accepts camelCase or snake_case)."""
+    for key in keys:
+        if key in obj:
+            return obj[key]
+    return None
+
+
+def _spellings(name: str) -> tuple[str, ...]:
+    return (name, _SNAKE[name]) if name in _SNAKE else (name,)
+
+
+def forbidden_fields(policy: Any) -> list[str]:
+    """Paths of forbidden fields set in `policy.base`, e.g. `base.spec.securityContext`."""
+    if not isinstance(policy, Mapping):
+        return []
+    base = policy.get("base")
+    if not isinstance(base, Mapping):
+        return []
+    found: list[str] = []
+    for path in _FORBIDDEN_IN_BASE:
+        parent: Any = base
+        for part in path[:-1]:
+            parent = parent.get(part) if isinstance(parent, Mapping) else None
+        if not isinstance(parent, Mapping):
+            continue
+        for spelling in _spellings(path[-1]):
+            if spelling in parent:
+                found.append(".".join(("base", *path[:-1], spelling)))
+    spec = base.get("spec")
+    containers = spec.get("containers") if isinstance(spec, Mapping) else None
+    if isinstance(containers, list):
+        for i, container in enumerate(containers):
+            if isinstance(container, Mapping):
+                for spelling in _spellings("securityContext"):
+                    if spelling in container:
+                        found.append(f"base.spec.containers[{i}].{spelling}")
+    return found
+
+
+def validate_update(body: Any) -> tuple[str, Any, dict | None, str]:
+    """Check an UpdateManagedRunner request; return (runner_id, identity, policy, etag)."""
+    if not isinstance(body, Mapping):
+        raise ApiError("invalid_argument", "request body must be a JSON object")
+    runner_id = _get(body, "runnerId", "runner_id")
+    if not isinstance(runner_id, str) or not runner_id:
+        raise ApiError("invalid_argument", "runnerId is required")
+    mask = _get(body, "updateMask", "update_mask")
+    # Connect JSON renders a FieldMask as a comma-separated string; accept {"paths": [...]} too.
+    paths = mask.get("paths") if isinstance(mask, Mapping) else mask.split(",") if isinstance(mask, str) else None
+    if not paths or [p.strip() for p in paths] != ["policy"]:
+        raise ApiError("invalid_argument", f"updateMask must be \"policy\", got {mask!r}")
+    managed = _get(body, "managedRunner", "managed_runner")
+    if not isinstance(managed, Mapping):
+        raise ApiError("invalid_argument", "managedRunner is required")
+    etag = managed.get("etag")
+    if not isinstance(etag, str) or not etag:
+        raise ApiError("invalid_argument", "etag is required")
+    policy = managed.get("policy")
+    if policy is not None and not isinstance(policy, dict):
+        raise ApiError("invalid_argument", "policy must be an object or null")
+    if isinstance(policy, dict) and "base" in policy and not isinstance(policy["base"], Mapping):
+        raise ApiError("invalid_argument", "policy.base must be an object")
+    bad = forbidden_fields(policy)
+    if bad:
+        raise ApiError("invalid_argument", f"policy.{bad[0]} is not allowed in a runner policy")
+    return runner_id, managed.get("identity"), policy, etag
+
+
+def other_admin_edit(policy: dict | None) -> dict:
+    """The other admin's edit: bump a counter under constraints.network.egress (kept by merges)."""
+    out = copy.deepcopy(policy) if policy is not None else {}
+    egress = out.setdefault("constraints", {}).setdefault("network", {}).setdefault("egress", {})
+    egress[OTHER_ADMIN_COUNTER] = int(egress.get(OTHER_ADMIN_COUNTER, 0)) + 1
+    return out
+
+
+def new_etag(generation: int) -> str:
+    return f"{generation}-{secrets.token_hex(4)}"
+
+
+# ---------------------------------------------------------------- state
+
+
+@dataclass
+class EmulatorState:
+    """Everything the emulator knows. Shared with the test/demo thread: mutate under `lock`."""
+
+    runners: dict[str, dict[str, Any]] = field(default_factory=dict)
+    admin_tokens: set[str] = field(default_factory=set, repr=False)  # secrets: kept out of reprs
+    readonly_tokens: set[str] = field(default_factory=set, repr=False)
+    write_log: list[dict[str, Any]] = field(default_factory=list)
+    call_log: list[dict[str, Any]] = field(default_factory=list)
+    # knobs
+    latency_seconds: float = 0.0
+    error_rates: dict[str, float] = field(default_factory=dict)
+    fail_next: list[str] = field(default_factory=list)  # scripted errors, one per call, in order
+    retry_after_seconds: float | None = None  # sent with injected retryable errors
+    other_admin: bool = False
+    wrap_responses: bool = False
+    seed: int | None = None
+    lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
+    _generation: int = 0
+    _read_since_write: set[str] = field(default_factory=set, repr=False)
+    _struck: set[str] = field(default_factory=set, repr=False)
+    _rng: random.Random = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._rng = random.Random(self.seed)
+        for runner_id, runner in list(self.runners.items()):
+            self.runners[runner_id] = self._normalise(runner_id, runner)
+
+    def _normalise(self, runner_id: str, runner: Mapping[str, Any]) -> dict[str, Any]:
+        etag = runner.get("etag") or self._next_etag()
+        return {
+            "identity": runner.get("identity") or default_identity(runner_id),
+            "policy": copy.deepcopy(runner.get("policy")),
+            "etag": etag,
+        }
+
+    def _next_etag(self) -> str:
+        self._generation += 1
+        return new_etag(self._generation)
+
+    def add_runner(self, runner_id: str, policy: dict | None = None, identity: Any = None) -> None:
+        """Register a runner without logging a write (setup)."""
+        with self.lock:
+            self.runners[runner_id] = self._normalise(runner_id, {"policy": policy, "identity": identity})
+
+    def write(self, runner_id: str, policy: dict | None, who: str, identity: Any = None) -> dict[str, Any]:
+        """Store a policy with a new etag and log it. Creates the runner if unknown."""
+        with self.lock:
+            before = self.runners.get(runner_id)
+            if before is None:
+                before = self.runners[runner_id] = self._normalise(runner_id, {"identity": identity})
+            etag_before = before["etag"]
+            before["policy"] = copy.deepcopy(policy)
+            before["etag"] = self._next_etag()
+            if identity is not None and who != "client":
+                before["identity"] = identity
+            self.write_log.append(
+                {
+                    "time": time.time(),
+                    "runner_id": runner_id,
+                    "who": who,
+                    "etag_before": etag_before,
+                    "etag_after": before["etag"],
+                    "policy": copy.deepcopy(policy),
+                }
+            )
+            self._read_since_write.discard(runner_id)
+            return copy.deepcopy(before)
+
+    def set_knobs(self, knobs: Mapping[str, Any]) -> None:
+        with self.lock:
+            if "latency_seconds" in knobs:
+                self.latency_seconds = float(knobs["latency_seconds"] or 0.0)
+            if "error_rates" in knobs:
+                rates = knobs["error_rates"] or {}
+                unknown = set(rates) - set(CODE_TO_HTTP)
+                if unknown:
+                    raise ValueError(f"unknown error codes: {sorted(unknown)}")
+                self.error_rates = {str(k): float(v) for k, v in rates.items()}
+            if "fail_next" in knobs:
+                codes = [str(c) for c in knobs["fail_next"] or []]
+                if set(codes) - set(CODE_TO_HTTP):
+                    raise ValueError(f"unknown error codes: {sorted(set(codes) - set(CODE_TO_HTTP))}")
+                self.fail_next = codes
+            if "retry_after_seconds" in knobs:
+                value = knobs["retry_after_seconds"]
+                self.retry_after_seconds = None if value is None else float(value)
+            if "other_admin" in knobs:
+                self.other_admin = bool(knobs["other_admin"])
+            if "wrap_responses" in knobs:
+                self.wrap_responses = bool(knobs["wrap_responses"])
+
+    def knobs(self) -> dict[str, Any]:
+        with self.lock:
+            return {
+                "latency_seconds": self.latency_seconds,
+                "error_rates": dict(self.error_rates),
+                "fail_next": list(self.fail_next),
+                "retry_after_seconds": self.retry_after_seconds,
+                "other_admin": self.other_admin,
+                "wrap_responses": self.wrap_responses,
+            }
+
+    def snapshot(self) -> dict[str, Any]:
+        with self.lock:
+            return copy.deepcopy(
+                {
+                    "runners": self.runners,
+                    "write_log": self.write_log,
+                    "call_log": self.call_log,
+                    "knobs": self.knobs(),
+                }
+            )
+
+    # -- used by the request handlers (under the lock, never across an await)
+
+    def injected_error(self) -> str | None:
+        if self.fail_next:
+            return self.fail_next.pop(0)
+        for code, rate in self.error_rates.items():
+            if self._rng.random() < rate:
+                return code
+        return None
+
+    def get(self, runner_id: str) -> dict[str, Any]:
+        runner = self.runners.get(runner_id)
+        if runner is None:
+            raise ApiError("not_found", f"runner {runner_id!r} not found")
+        self._read_since_write.add(runner_id)
+        return copy.deepcopy(runner)
+
+    def update(self, runner_id: str, policy: dict | None, etag: str) -> dict[str, Any]:
+        runner = self.runners.get(runner_id)
+        if runner is None:
+            raise ApiError("not_found", f"runner {runner_id!r} not found")
+        if self.other_admin and runner_id in self._read_since_write and runner_id not in self._struck:
+            # Another admin writes between the client's read and its write, once per cycle:
+            # the client's retry after re-reading goes through, so callers converge.
+            self.write(runner_id, other_admin_edit(runner["policy"]), "other-admin")
+            self._struck.add(runner_id)
+        if etag != runner["etag"]:
+            raise ApiError("failed_precondition", f"etag mismatch for runner {runner_id!r}: re-read and retry")
+        self._struck.discard(runner_id)
+        return self.write(runner_id, policy, "client")
+
+
+def default_identity(runner_id: str) -> dict[str, Any]:
+    return {"runnerId": runner_id, "name": runner_id, "cluster": "emulated-cks"}
+
+
+def _public(runner_id: str, runner: Mapping[str, Any], wrap: bool) -> dict[str, Any]:
+    obj = {"runnerId": runner_id, "identity": runner["identity"], "policy": runner["policy"], "etag": runner["etag"]}
+    return {"managedRunner": obj} if wrap else obj
+
+
+# ---------------------------------------------------------------- aiohttp shell
+
+
+STATE_KEY: web.AppKey[EmulatorState] = web.AppKey("state", EmulatorState)
+
+
+def _error_response(code: str, message: str, retry_after: float | None = None) -> web.Response:
+    headers = {"Retry-After": f"{retry_after:g}"} if retry_after is not None else None
+    return web.json_response({"code": code, "message": message}, status=CODE_TO_HTTP[code], headers=headers)
+
+
+def _bearer(request: web.Request) -> str | None:
+    header = request.headers.get("Authorization", "")
+    scheme, _, token = header.partition(" ")
+    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+
+
+def _is_loopback(request: web.Request) -> bool:
+    try:
+        return ipaddress.ip_address((request.remote or "").split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+async def _rpc(request: web.Request) -> web.StreamResponse:
+    state = request.app[STATE_KEY]
+    method = request.match_info["method"]
+    if method not in ("GetManagedRunner", "UpdateManagedRunner"):
+        return web.Response(status=404)  # unknown procedure: bare 404, as Connect servers do
+    if state.latency_seconds > 0:
+        await asyncio.sleep(state.latency_seconds)
+    runner_id: str | None = None
+    try:
+        if request.content_type != "application/json":
+            return web.Response(status=415)
+        if request.headers.get("Connect-Protocol-Version") != "1":
+            raise ApiError("invalid_argument", "missing or unsupported Connect-Protocol-Version header")
+        token = _bearer(request)
+        with state.lock:
+            admin, readonly = token in state.admin_tokens, token in state.readonly_tokens
+        if token is None or not (admin or readonly):
+            raise ApiError("unauthenticated", "missing or invalid bearer token")
+        if not admin:
+            raise ApiError("permission_denied", "the token lacks the sandbox_admin role")
+        try:
+            body = await request.json()
+        except (ValueError, UnicodeDecodeError):
+            raise ApiError("invalid_argument", "request body is not valid JSON") from None
+        with state.lock:
+            injected = state.injected_error()
+            wrap = state.wrap_responses
+        if injected:
+            retry_after = state.retry_after_seconds if injected in ("unavailable", "resource_exhausted") else None
+            _log_call(state, method, injected, None)
+            return _error_response(injected, "injected by the emulator's error knob", retry_after)
+        if method == "GetManagedRunner":
+            runner_id = _get(body, "runnerId", "runner_id") if isinstance(body, Mapping) else None
+            if not isinstance(runner_id, str) or not runner_id:
+                raise ApiError("invalid_argument", "runnerId is required")
+            with state.lock:
+                runner = state.get(runner_id)
+        else:
+            runner_id, _identity, policy, etag = validate_update(body)
+            with state.lock:
+                runner = state.update(runner_id, policy, etag)
+    except ApiError as err:
+        _log_call(state, method, err.code, runner_id)
+        return _error_response(err.code, err.message)
+    _log_call(state, method, "ok", runner_id)
+    return web.json_response(_public(runner_id, runner, wrap))
+
+
+def _log_call(state: EmulatorState, method: str, code: str, runner_id: str | None) -> None:
+    with state.lock:
+        state.call_log.append({"time": time.time(), "method": method, "code": code, "runner_id": runner_id})
+
+
+@web.middleware
+async def _admin_loopback_only(request: web.Request, handler: Any) -> web.StreamResponse:
+    if request.path.startswith("/_emulator/") and not _is_loopback(request):
+        return web.json_response({"code": "permission_denied", "message": "admin endpoints are loopback only"}, status=403)
+    return await handler(request)
+
+
+async def _healthz(request: web.Request) -> web.Response:
+    return web.json_response({"ok": True})
+
+
+async def _state(request: web.Request) -> web.Response:
+    return web.json_response(request.app[STATE_KEY].snapshot())
+
+
+async def _knobs(request: web.Request) -> web.Response:
+    state = request.app[STATE_KEY]
+    try:
+        knobs = await request.json()
+        if not isinstance(knobs, dict):
+            raise ValueError("knobs must be a JSON object")
+        state.set_knobs(knobs)
+    except (ValueError, TypeError) as exc:
+        return web.json_response({"code": "invalid_argument", "message": str(exc)}, status=400)
+    return web.json_response(state.knobs())
+
+
+async def _admin_write(request: web.Request) -> web.Response:
+    state = request.app[STATE_KEY]
+    try:
+        body = await request.json()
+    except ValueError:
+        body = None
+    if not isinstance(body, dict) or "policy" not in body or not (body["policy"] is None or isinstance(body["policy"], dict)):
+        return web.json_response({"code": "invalid_argument", "message": 'body must be {"policy": object|null}'}, status=400)
+    runner_id = request.match_info["runner_id"]
+    runner = state.write(runner_id, body["policy"], "other-admin", identity=body.get("identity"))
+    return web.json_response(_public(runner_id, runner, False))
+
+
+async def _not_found(request: web.Request) -> web.Response:
+    return web.Response(status=404)
+
+
+def create_app(state: EmulatorState) -> web.Application:
+    app = web.Application(middlewares=[_admin_loopback_only])
+    app[STATE_KEY] = state
+    app.router.add_get("/_emulator/healthz", _healthz)
+    app.router.add_get("/_emulator/state", _state)
+    app.router.add_post("/_emulator/knobs", _knobs)
+    app.router.add_post("/_emulator/runners/{runner_id}", _admin_write)
+    app.router.add_post(f"/{SERVICE}/{{method}}", _rpc)
+    app.router.add_route("*", "/{tail:.*}", _not_found)  # wrong path: bare 404, no JSON
+    return app
+
+
+# ---------------------------------------------------------------- running it
+
+
+class EmulatorThread:
+    """The emulator on a free loopback port, served by its own event loop in a daemon thread."""
+
+    def __init__(self, state: EmulatorState | None = None, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.state = state if state is not None else EmulatorState()
+        self.host, self._port = host, port
+        self.url = ""
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner: web.AppRunner | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> EmulatorThread:
+        ready = threading.Event()
+        failure: list[BaseException] = []
+
+        def serve() -> None:
+            loop = self._loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(loop)
+            try:
+                self._runner = loop.run_until_complete(_start_site(self.state, self.host, self._port))
+                self.url = _url(self._runner)
+            except BaseException as exc:  # reported to start()'s caller
+                failure.append(exc)
+                ready.set()
+                loop.close()
+                return
+            ready.set()
+            try:
+                loop.run_forever()
+            finally:
+                loop.run_until_complete(self._runner.cleanup())
+                loop.close()
+
+        self._thread = threading.Thread(target=serve, name="runner-api-emulator", daemon=True)
+        self._thread.start()
+        ready.wait()
+        if failure:
+            raise failure[0]
+        return self
+
+    def stop(self) -> None:
+        if self._loop is not None and self._thread is not None and self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
+
+    def __enter__(self) -> EmulatorThread:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+@contextmanager
+def running_emulator(state: EmulatorState | None = None, host: str = "127.0.0.1", port: int = 0) -> Iterator[EmulatorThread]:
+    """`with running_emulator(state) as emu: ... emu.url ...`"""
+    with EmulatorThread(state, host, port) as emu:
+        yield emu
+
+
+async def _start_site(state: EmulatorState, host: str, port: int) -> web.AppRunner:
+    runner = web.AppRunner(create_app(state), access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    return runner
+
+
+def _url(runner: web.AppRunner) -> str:
+    host, port = runner.addresses[0][:2]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+# ---------------------------------------------------------------- CLI
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="sunk-sandbox-operator runner-api-emulator",
+        description="Serve an in-memory emulator of the CoreWeave runner management API.",
+    )
+    p.add_argument("--listen", default="127.0.0.1:8089", help="HOST:PORT (port 0: any free port)")
+    p.add_argument("--token", action="append", default=[], help="bearer token with sandbox_admin (repeatable)")
+    p.add_argument("--token-file", action="append", default=[], help="file holding an admin token (repeatable)")
+    p.add_argument("--readonly-token", action="append", default=[], help="valid token without sandbox_admin")
+    p.add_argument("--runner", action="append", default=[], metavar="ID[=policy.json]",
+                   help="runner to serve; without a file its policy is null (never configured)")
+    p.add_argument("--latency", type=float, default=0.0, help="seconds added to every API call")
+    p.add_argument("--error-rate", action="append", default=[], metavar="CODE=P",
+                   help="answer this Connect code with probability P (repeatable)")
+    p.add_argument("--retry-after", type=float, default=None, help="Retry-After seconds on injected unavailable")
+    p.add_argument("--other-admin", action="store_true", help="another admin edits between each read and write")
+    p.add_argument("--seed", type=int, default=None, help="random seed for the error knob")
+    return p.parse_args(argv)
+
+
+def state_from_args(args: argparse.Namespace) -> EmulatorState:
+    tokens = {t.strip() for t in args.token} | {Path(f).read_text().strip() for f in args.token_file}
+    if not tokens - {""}:
+        raise SystemExit("at least one --token or --token-file is required")
+    rates: dict[str, float] = {}
+    for item in args.error_rate:
+        code, sep, prob = item.partition("=")
+        if not sep or code not in CODE_TO_HTTP:
+            raise SystemExit(f"--error-rate wants CODE=P with a Connect code, got {item!r}")
+        rates[code] = float(prob)
+    state = EmulatorState(
+        admin_tokens=tokens - {""},
+        readonly_tokens={t.strip() for t in args.readonly_token} - {""},
+        latency_seconds=args.latency,
+        error_rates=rates,
+        retry_after_seconds=args.retry_after,
+        other_admin=args.other_admin,
+        seed=args.seed,
+    )
+    for item in args.runner:
+        runner_id, sep, path = item.partition("=")
+        policy = json.loads(Path(path).read_text()) if sep else None
+        if policy is not None and not isinstance(policy, dict):
+            raise SystemExit(f"{path}: the policy must be a JSON object")
+        state.add_runner(runner_id, policy)
+    return state
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse_args(argv)
+    state = state_from_args(args)
+    host, _, port = args.listen.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+
+    async def serve() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        runner = await _start_site(state, host, int(port))
+        # Scripts wait for this line to learn the URL (port 0 picks a free one).
+        print(f"runner-api emulator listening on {_url(runner)}", flush=True)
+        try:
+            await stop.wait()
+        finally:
+            await runner.cleanup()
+
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+    asyncio.run(serve())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,76 @@
+"""Pure status composition: parts reported by each concern → one status, and the patch to write.
+
+Each concern (scheduler, policy, scope, placement, grace) reports a `Part`: its condition and its
+status section. `compose` folds them into the previous status; `merge_patch` gives the JSON merge
+patch from old to new, or None when nothing changed (then nothing is written: no churn, no Argo
+CD noise).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import conditions as c
+
+
+@dataclass(frozen=True)
+class Part:
+    condition: str                      # condition type this part decides
+    status: str                         # True | False | Unknown
+    reason: str
+    message: str
+    section: str | None = None          # status key it owns (scheduler, policy, scope, placement)
+    data: dict | None = field(default=None)
+
+
+def compose(prev: dict | None, parts: list[Part], generation: int | None, now: str) -> dict:
+    """The new status: sections replaced by the parts that own them, conditions updated, Ready derived."""
+    prev = prev or {}
+    out: dict[str, Any] = {k: v for k, v in prev.items() if k not in ("conditions", "observedGeneration")}
+    conds = list(prev.get("conditions") or [])
+    if not conds:
+        conds = c.initial(generation, now)
+    for part in parts:
+        conds = c.set_condition(conds, part.condition, part.status, part.reason, part.message, generation, now)
+        if part.section is not None:
+            if part.data is None:
+                out.pop(part.section, None)
+            else:
+                out[part.section] = part.data
+    # observedGeneration of untouched conditions follows too: every condition was re-evaluated.
+    conds = [{**cond, "observedGeneration": generation} if generation is not None else cond for cond in conds]
+    conds = c.with_ready(conds, generation, now)
+    if generation is not None:
+        out["observedGeneration"] = generation
+    out["conditions"] = conds
+    return out
+
+
+def without_volatile(status: dict) -> dict:
+    """Status minus fields that change on every check (times): used to decide whether to write."""
+    def strip(obj: Any) -> Any:
+        if isinstance(obj, dict):
+            return {k: strip(v) for k, v in obj.items() if k not in ("lastCheckedTime",)}
+        if isinstance(obj, list):
+            return [strip(v) for v in obj]
+        return obj
+    return strip(status)
+
+
+def merge_patch(old: Any, new: Any) -> Any:
+    """RFC 7386 merge patch turning old into new; None when they are equal."""
+    if old == new:
+        return None
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        return new
+    patch: dict[str, Any] = {}
+    for key in old.keys() - new.keys():
+        patch[key] = None
+    for key, value in new.items():
+        if key not in old:
+            patch[key] = value
+        elif old[key] != value:
+            sub = merge_patch(old[key], value)
+            patch[key] = sub if isinstance(value, dict) and isinstance(old[key], dict) else value
+    return patch or None
