@@ -101,14 +101,17 @@ def wait_for(check: Callable[[], object], timeout: float = 30.0, describe: Calla
 def kube(cluster) -> Kube:
     k = Kube(cluster)
     k.kubectl("apply", "--server-side", "-f", str(REPO / "crds" / "sunksandboxbindings.yaml"))
-    k.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-              "crd/sunksandboxbindings.sunksandbox.dev")
+    def established():
+        crd = k.ext.read_custom_resource_definition("sunksandboxbindings.sunksandbox.dev")
+        return any(c.type == "Established" and c.status == "True" for c in (crd.status.conditions or []))
+    wait_for(established, 60)
     return k
 
 
 @pytest.fixture(scope="session")
 def installed(kube) -> Kube:
     """The shipped manifests (CRD, namespace, ServiceAccount, RBAC, Deployment...) applied server-side."""
+    kube.kubectl("create", "namespace", "tenant-slurm", check=False)  # the documented prerequisite
     rendered = kube.kubectl("kustomize", str(REPO / "manifests")).stdout
     kube.kubectl("apply", "--server-side", "-f", "-", input=rendered)
     return kube

@@ -56,7 +56,10 @@ async def binding_event(event: dict, body: kopf.Body, **_) -> None:
     if event.get("type") == "DELETED":
         return
     state = REGISTRY.ensure(dict(body))
-    state.wake.set()
+    # Our own status patches come back as events too: only a spec change (generation) or a
+    # deletion wakes the loop early; everything else waits for the resync.
+    if state.generation != state.extras.get("reconciled_generation") or body.meta.get("deletionTimestamp"):
+        state.wake.set()
 
 
 @kopf.daemon(*BINDINGS, cancellation_timeout=30.0, initial_delay=0)

@@ -269,7 +269,7 @@ def policy_warnings(policy: dict | None, client_annotations: Iterable[str] = ())
                      if name == "terminationGracePeriodSeconds" else "")
             out.append(
                 f"base.spec.{name} is present but the runner API rejects it in base{extra}: remove it, "
-                "or every policy update will fail"
+                "or policy updates will be rejected"
             )
     for kind in ("containers", "initContainers"):
         containers = spec.get(kind)
@@ -367,7 +367,7 @@ def _release(doc: dict | None, entries: list[tuple[Path, OwnedPath]]) -> dict | 
                 doc = None  # the policy was null before we created it
             continue
         parent = _get(doc, path[:-1])
-        if not isinstance(parent, dict) or path[-1] not in parent or not _ours(parent[path[-1]], entry):
+        if not isinstance(parent, dict) or path[-1] not in parent :
             continue  # gone or changed by someone else: theirs now
         if entry.previous is None:
             del parent[path[-1]]

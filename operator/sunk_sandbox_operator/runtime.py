@@ -151,7 +151,10 @@ class Registry:
             if cond["type"] == "Ready" or cond.get("reason") == "NotReconciled":
                 continue
             before = c.find(old, cond["type"])
-            if before and (before.get("status"), before.get("reason")) == (cond["status"], cond["reason"]):
+            # Status flips, and a new reason while False; True→True reason changes (e.g. DriftCorrected)
+            # come with their own explicit event.
+            if before and before.get("status") == cond["status"] and (
+                    cond["status"] != "False" or before.get("reason") == cond["reason"]):
                 continue
             kind = "Warning" if cond["status"] == "False" else "Normal"
             self.event(state, kind, cond["reason"], f"{cond['type']}: {cond.get('message', '')}")

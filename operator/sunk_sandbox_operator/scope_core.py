@@ -211,7 +211,7 @@ def _loads_as(text: str) -> Any:
 def _scalar(text: str, flow: bool, quote: str | None = None) -> str:
     """Render one string so it re-parses as that exact string (plain when unambiguous)."""
     plain = _PLAIN_OK if flow else _PLAIN_OK_WITH_COMMAS
-    if quote is None:
+    if quote is None and plain.match(text) and _loads_as(text) == text:
         return text  # e.g. "true", "123", "2024-01-01" fail the round trip and get quoted
     style = "'" if quote == "'" else '"'
     out = yaml.safe_dump(text, default_style=style, width=float("inf"), allow_unicode=True)
@@ -378,7 +378,8 @@ def write_list(doc_text: str, path: str, values: list[str], style: ListStyle) ->
     "list" and "missing" write a YAML list, "string" a comma-separated string. Writing an
     empty list where the value is already missing/null/blank returns the text unchanged
     (it already reads as empty), which keeps writes idempotent. Raises ValueError when
-    read_list reports an error: malformed YAML is never overwritten.
+    read_list reports an error (malformed YAML is never overwritten) or when no rewrite
+    re-parses as "the input with only this path replaced".
     """
     data, err = _parse(doc_text)
     found = ListRead(None, "missing", None, err) if err else _read_data(data, path, "the YAML document")
@@ -393,9 +394,18 @@ def write_list(doc_text: str, path: str, values: list[str], style: ListStyle) ->
     out = _checked_splice(doc_text, parts, new, expected)
     if out is not None:
         return out
-    dumped = yaml.safe_dump(expected, sort_keys=False, default_flow_style=False, allow_unicode=True, width=float("inf"))
-    # Splice once more so the value is rendered as a splice renders it: the next write is a no-op.
-    return _checked_splice(dumped, parts, new, expected) or dumped
+    # Re-emit (comments are lost). PyYAML's emitter does not round-trip every string (e.g. a
+    # NEL before trailing spaces), so the dump is checked too; ASCII escapes are the last try.
+    for allow_unicode in (True, False):
+        dumped = yaml.safe_dump(expected, sort_keys=False, default_flow_style=False,
+                                allow_unicode=allow_unicode, width=float("inf"))
+        # Splice once more so the value is rendered as a splice renders it: the next write is a no-op.
+        out = _checked_splice(dumped, parts, new, expected)
+        if out is not None:
+            return out
+        if _same(_load(dumped), expected):
+            return dumped
+    raise ValueError(f"cannot rewrite {path} without changing other keys; edit it by hand")
 
 
 def _checked_splice(text: str, parts: list[str], new: list[str] | str, expected: dict) -> str | None:

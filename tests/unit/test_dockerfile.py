@@ -4,7 +4,7 @@ No container engine runs here, so `test_builder_install_step_produces_a_working_
 replays the builder stage on the host: it copies what the stage COPYs (honouring
 .dockerignore), runs its RUN lines with /opt/venv pointing into tmp_path, and then runs the
 console script the final stage's ENTRYPOINT names. It needs the package index (pip) and
-takes well under a minute once pip's cache is warm.
+takes 30-90 s depending on the index's latency (the subprocess timeouts are the budget).
 """
 
 from __future__ import annotations
@@ -368,8 +368,10 @@ def test_builder_install_step_produces_a_working_venv(builder, final, tmp_path):
                     dest = workdir / target / src.name if target.endswith("/") else workdir / target
                 copy_context(src, dest, source.rstrip("/"), patterns)
         elif ins.keyword == "RUN":
-            # Same command, venv in tmp_path; pip's cache is allowed on the host (speed only).
+            # Same command with the venv in tmp_path. Speed only: pip may use its cache, and
+            # skips byte-compiling (the image keeps it: its root filesystem is read-only).
             command = ins.value.replace("/opt/venv", str(venv)).replace("--no-cache-dir", "")
+            command = command.replace("pip install", "pip install --no-compile")
             done = subprocess.run(
                 ["sh", "-c", command], cwd=workdir, env=env, capture_output=True, text=True, timeout=600
             )
@@ -411,5 +413,5 @@ def test_builder_install_step_produces_a_working_venv(builder, final, tmp_path):
         )
         assert helped.returncode == 0, f"{entry} --help failed:\n{helped.stdout}\n{helped.stderr}"
         assert "run" in helped.stdout
-    else:  # pragma: no cover - until the CLI lands, the import above is the check
+    else:
         pytest.fail("operator/sunk_sandbox_operator/__main__.py (the console script's main) is missing")

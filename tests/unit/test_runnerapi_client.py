@@ -320,6 +320,23 @@ async def test_empty_token_is_unauthenticated_without_a_call(emu: EmulatorThread
     assert emu.state.snapshot()["call_log"] == []
 
 
+@pytest.mark.parametrize("bad", ["tok-SECRET with space", "tok-SECRET\ninside", "tok-SECRET-é"])
+async def test_malformed_token_is_refused_locally_without_quoting_it(emu: EmulatorThread, bad: str) -> None:
+    async with make(emu.url, bad) as c:
+        with pytest.raises(Unauthenticated) as info:
+            await c.get_managed_runner("r-set")
+    assert_no_secret(info.value, "tok-SECRET")
+    assert emu.state.snapshot()["call_log"] == []
+
+
+async def test_bytes_token_is_decoded(emu: EmulatorThread) -> None:
+    async def token() -> bytes:
+        return TOKEN.encode() + b"\n"
+
+    async with make(emu.url, token) as c:
+        assert (await c.get_managed_runner("r-set")).policy == POLICY
+
+
 async def test_token_never_in_errors_or_logs(emu: EmulatorThread, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
     errors: list[BaseException] = []

@@ -270,6 +270,14 @@ def test_aliased_value_falls_back_to_reemit_and_changes_only_the_path() -> None:
     assert write_list(out, P, ["a", "z"], read_list(out, P).style) == out
 
 
+def test_reemit_keeps_strings_pyyaml_dumps_lossily() -> None:
+    # An alias forces the re-emit; "\N  " (NEL + spaces) does not survive PyYAML's unicode dump.
+    doc = 'base: &b\n  scope:\n    namespaces: [a]\nscheduler: *b\nx: "\\N  "\n'
+    out = write_list(doc, P, ["q"], "list")
+    assert yaml.safe_load(out) == {"base": {"scope": {"namespaces": ["a"]}},
+                                   "scheduler": {"scope": {"namespaces": ["q"]}}, "x": "\x85  "}
+
+
 # ---------------------------------------------------------------- hypothesis: other keys untouched
 
 KEY = st.text("abcdefghijklmnopqrstuvwxyz_-", min_size=1, max_size=8).filter(lambda k: k not in {"y", "n"})

@@ -295,11 +295,16 @@ class RunnerClient:
 
     async def _fetch_token(self) -> str:
         raw = self._token if isinstance(self._token, str) else self._token()
-        token = await raw if inspect.isawaitable(raw) else raw
+        token: str | bytes = await raw if inspect.isawaitable(raw) else raw
+        if isinstance(token, bytes):
+            token = token.decode("utf-8", "replace")
         # Secrets made from files often end with a newline; a header cannot carry it.
         token = (token or "").strip()
         if not token:
             raise Unauthenticated("no API token available (empty Secret value?)")
+        # Checked here because the HTTP stack's own error would quote the header, token and all.
+        if not all(33 <= ord(ch) <= 126 for ch in token):
+            raise Unauthenticated("the API token contains characters not allowed in an HTTP header")
         return token
 
     def _record(self, method: str, code: str) -> None:

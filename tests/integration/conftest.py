@@ -1,0 +1,111 @@
+"""Integration fixtures: the runner API emulator over loopback, simulated SUNK objects, tokens."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Iterator
+
+import pytest
+
+from tests.conftest import SECRET_VALUES, Kube
+
+ADMIN_TOKEN = "tok-admin-" + uuid.uuid4().hex
+READONLY_TOKEN = "tok-readonly-" + uuid.uuid4().hex
+SECRET_VALUES.extend([ADMIN_TOKEN, READONLY_TOKEN])
+SECRET_READER = "sunk-sandbox-operator-secret-reader"
+
+
+@pytest.fixture(scope="session")
+def emulator() -> Iterator:
+    from sunk_sandbox_operator.runnerapi.emulator import EmulatorState, running_emulator
+
+    state = EmulatorState(admin_tokens={ADMIN_TOKEN}, readonly_tokens={READONLY_TOKEN})
+    with running_emulator(state) as emu:
+        yield emu
+
+
+def new_runner(emulator, policy: dict | None = None) -> str:
+    runner_id = "runner-" + uuid.uuid4().hex[:8]
+    with emulator.state.lock:
+        emulator.state.add_runner(runner_id, policy)
+    return runner_id
+
+
+def runner_policy(emulator, runner_id: str):
+    with emulator.state.lock:
+        return json.loads(json.dumps(emulator.state.runners[runner_id]["policy"]))
+
+
+def writes(emulator, runner_id: str, who: str | None = None) -> list[dict]:
+    with emulator.state.lock:
+        return [w for w in emulator.state.write_log
+                if w["runner_id"] == runner_id and (who is None or w["who"] == who)]
+
+
+def calls(emulator, runner_id: str, method: str | None = None) -> list[dict]:
+    with emulator.state.lock:
+        return [c for c in emulator.state.call_log
+                if c.get("runner_id") == runner_id and (method is None or c.get("method") == method)]
+
+
+def grant_secret_read(kube: Kube, ns: str) -> None:
+    """What an admin does for each namespace holding bindings: let the operator `get` Secrets there."""
+    kube.rbac.create_namespaced_role_binding(ns, {
+        "metadata": {"name": "sunk-sandbox-operator-secrets"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": SECRET_READER},
+        "subjects": [{"kind": "ServiceAccount", "name": "sunk-sandbox-operator",
+                      "namespace": "sunk-sandbox-operator-system"}]})
+
+
+def create_token_secret(kube: Kube, ns: str, token: str = ADMIN_TOKEN, name: str = "coreweave-api") -> None:
+    kube.core.create_namespaced_secret(ns, {"metadata": {"name": name}, "stringData": {"token": token}})
+
+
+def make_scheduler(kube: Kube, ns: str, *, name: str = "slurm-scheduler", style: int = 8, kill_wait: str | None = "60s",
+                   ready: bool = True, scope_namespaces=None, extra_conf: str = "") -> None:
+    """Simulated SUNK scheduler objects: SUNK 8 (ConfigMap + pod) or SUNK 7 (Deployment + pod with args)."""
+    labels = {"app.kubernetes.io/name": "sunk-scheduler"}
+    args = [f"--slurm-kill-wait={kill_wait}"] if kill_wait else []
+    if style == 7:
+        args.append(f"--scheduler-name={name}")
+    else:
+        conf = f"scheduler:\n  name: {name}\n  scope:\n    type: namespace\n"
+        if scope_namespaces is not None:
+            conf += f"    namespaces: {json.dumps(scope_namespaces)}\n"
+        kube.core.create_namespaced_config_map(ns, {
+            "metadata": {"name": "slurm-scheduler-config",
+                         "labels": {"app.kubernetes.io/component": "scheduler"}},
+            "data": {"scheduler.conf": conf + extra_conf}})
+    template = {"metadata": {"labels": labels},
+                "spec": {"serviceAccountName": "slurm-scheduler",
+                         "containers": [{"name": "scheduler", "image": "sunk/scheduler:8", "args": args}]}}
+    kube.apps.create_namespaced_deployment(ns, {
+        "metadata": {"name": "slurm-scheduler", "labels": labels},
+        "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": template}})
+    pod = kube.core.create_namespaced_pod(ns, {"metadata": {"name": "slurm-scheduler-0", **template["metadata"]},
+                                               "spec": template["spec"]})
+    set_pod_ready(kube, ns, pod.metadata.name, ready)
+
+
+def set_pod_ready(kube: Kube, ns: str, name: str, ready: bool) -> None:
+    kube.core.patch_namespaced_pod_status(name, ns, {"status": {
+        "phase": "Running" if ready else "Pending",
+        "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}})
+
+
+def binding_spec(runner_id: str, emulator, **overrides) -> dict:
+    spec = {"runner": {"id": runner_id, "apiURL": emulator.url, "tokenSecretRef": {"name": "coreweave-api"}},
+            "partition": "sandboxes",
+            "sandboxNamespaces": {"names": ["ds-never-*"]}}
+    spec.update(overrides)
+    return spec
+
+
+@pytest.fixture
+def binding_ns(installed, ns) -> str:
+    """A namespace ready for bindings: token Secret, secret-read grant, a SUNK 8 scheduler."""
+    grant_secret_read(installed, ns)
+    create_token_secret(installed, ns)
+    make_scheduler(installed, ns)
+    return ns
