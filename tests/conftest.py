@@ -10,11 +10,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 import pytest
 
@@ -117,80 +116,22 @@ def installed(kube) -> Kube:
     return kube
 
 
-def token_kubeconfig(kube: Kube, namespace: str, sa: str, path: Path) -> Path:
-    """A kubeconfig carrying a real TokenRequest token for the ServiceAccount."""
-    from sunk_sandbox_operator import devcluster
-
-    req = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-           "spec": {"expirationSeconds": 86400, "audiences": ["https://kubernetes.default.svc"]}}
-    resp = kube.core.create_namespaced_service_account_token(sa, namespace, req)
-    path.write_text(devcluster.kubeconfig_text(
-        kube.cluster.server, kube.cluster.ca_file.read_bytes(), token=resp.status.token, user=sa))
-    return path
-
-
 @pytest.fixture(scope="session")
 def operator_kubeconfig(installed, tmp_path_factory) -> Path:
-    return token_kubeconfig(installed, OPERATOR_NS, OPERATOR_SA,
-                            tmp_path_factory.mktemp("operator") / "operator.kubeconfig")
+    return installed.cluster.service_account_kubeconfig(
+        OPERATOR_NS, OPERATOR_SA, tmp_path_factory.mktemp("operator") / "operator.kubeconfig")
 
 
-class OperatorProcess:
-    def __init__(self, kubeconfig: Path, workdir: Path, env: dict[str, str] | None = None,
-                 args: tuple[str, ...] = ()) -> None:
-        from sunk_sandbox_operator import devcluster
-
-        self.metrics_port = devcluster.free_port()
-        self.liveness_port = devcluster.free_port()
-        self.log_path = workdir / f"operator-{uuid.uuid4().hex[:6]}.log"
-        full_env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
-        full_env.update({"KUBECONFIG": str(kubeconfig), "SSB_STATUS_MIN_INTERVAL_SECONDS": "1",
-                         "SSB_HAZARD_EVENT_INTERVAL_SECONDS": "1", **(env or {})})
-        self._log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "sunk_sandbox_operator", "run", "--verbose",
-             f"--metrics-port={self.metrics_port}",
-             f"--liveness=http://127.0.0.1:{self.liveness_port}/healthz", *args],
-            stdout=self._log, stderr=subprocess.STDOUT, env=full_env, cwd=str(REPO))
-        self._wait_alive()
-
-    def _wait_alive(self, timeout: float = 60.0) -> None:
-        import urllib.request
-
-        def alive():
-            if self.proc.poll() is not None:
-                raise AssertionError(f"operator exited {self.proc.returncode}:\n{self.logs()[-4000:]}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.liveness_port}/healthz", timeout=1) as r:
-                    return r.status == 200
-            except Exception:
-                return False
-        wait_for(alive, timeout, lambda: self.logs()[-3000:])
-
-    def logs(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def metrics(self) -> str:
-        import urllib.request
-
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
-            return r.read().decode()
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._log.close()
+TEST_ENV = {"SSB_STATUS_MIN_INTERVAL_SECONDS": "1", "SSB_HAZARD_EVENT_INTERVAL_SECONDS": "1"}
 
 
 @pytest.fixture(scope="session")
-def operator(operator_kubeconfig, tmp_path_factory) -> Iterator[OperatorProcess]:
+def operator(operator_kubeconfig, tmp_path_factory):
     """One operator process for the session, as its own ServiceAccount."""
-    proc = OperatorProcess(operator_kubeconfig, tmp_path_factory.mktemp("operator-logs"))
+    from sunk_sandbox_operator.devcluster import OperatorProcess
+
+    proc = OperatorProcess(operator_kubeconfig, tmp_path_factory.mktemp("operator-logs") / "operator.log",
+                           env=TEST_ENV)
     try:
         yield proc
     finally:

@@ -295,6 +295,76 @@ class DevCluster:
         return out
 
 
+    def service_account_kubeconfig(self, namespace: str, sa: str, path: Path) -> Path:
+        """A kubeconfig with a real TokenRequest token of the ServiceAccount (what a pod would mount)."""
+        token = self.kubectl_run("create", "token", sa, "-n", namespace, "--duration=24h",
+                                 "--audience=https://kubernetes.default.svc").stdout.strip()
+        path.write_text(kubeconfig_text(self.server, self.ca_file.read_bytes(), token=token, user=sa))
+        os.chmod(path, 0o600)
+        return path
+
+
+class OperatorProcess:
+    """`sunk-sandbox-operator run` as a subprocess with its own kubeconfig (as in production)."""
+
+    def __init__(self, kubeconfig: Path, log_path: Path, env: dict[str, str] | None = None,
+                 args: tuple[str, ...] = (), timeout: float = 60.0) -> None:
+        self.metrics_port = free_port()
+        self.liveness_port = free_port()
+        self.log_path = log_path
+        full_env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
+        full_env.update({"KUBECONFIG": str(kubeconfig), **(env or {})})
+        self._log = open(log_path, "wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "sunk_sandbox_operator", "run", "--verbose",
+             f"--metrics-port={self.metrics_port}",
+             f"--liveness=http://127.0.0.1:{self.liveness_port}/healthz", *args],
+            stdout=self._log, stderr=subprocess.STDOUT, env=full_env, start_new_session=True)
+        self._wait_alive(timeout)
+
+    def _wait_alive(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"operator exited {self.proc.returncode}:\n{self.logs()[-4000:]}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.liveness_port}/healthz", timeout=1) as r:
+                    if r.status == 200:
+                        return
+            except Exception:
+                pass
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"operator not alive after {timeout}s:\n{self.logs()[-4000:]}")
+
+    def logs(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
+            return r.read().decode()
+
+    def rss_kib(self) -> int | None:
+        try:
+            for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        except OSError:
+            return None
+        return None
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if not self._log.closed:
+            self._log.close()
+
+
 def stop_pids(pids: dict[str, int], timeout: float = 10.0) -> None:
     """SIGTERM the apiserver before etcd, then SIGKILL whatever outlives the timeout."""
     for name in ("kube-apiserver", "etcd"):

@@ -31,7 +31,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
-from .model import ANNOTATION_PREFIX, BindingSpec, OwnedPath
+from .model import BindingSpec, OwnedPath
 
 Path = tuple[str, ...]
 
@@ -271,7 +271,7 @@ def policy_warnings(policy: dict | None, client_annotations: Iterable[str] = ())
                 f"base.spec.{name} is present but the runner API rejects it in base{extra}: remove it, "
                 "or policy updates will be rejected"
             )
-    for kind in ("containers", "initContainers"):
+    for kind in ("containers",):  # initContainers are rejected as a whole above
         containers = spec.get(kind)
         for i, c in enumerate(containers if isinstance(containers, list) else []):
             if isinstance(c, dict) and "securityContext" in c:
@@ -367,7 +367,7 @@ def _release(doc: dict | None, entries: list[tuple[Path, OwnedPath]]) -> dict | 
                 doc = None  # the policy was null before we created it
             continue
         parent = _get(doc, path[:-1])
-        if not isinstance(parent, dict) or path[-1] not in parent :
+        if not isinstance(parent, dict) or path[-1] not in parent or not _ours(parent[path[-1]], entry):
             continue  # gone or changed by someone else: theirs now
         if entry.previous is None:
             del parent[path[-1]]
@@ -500,7 +500,7 @@ def diff(before: dict | None, after: dict | None) -> list[str]:
 
 
 __all__ = [
-    "ANNOTATION_PREFIX", "CREATED", "Desired", "MergeResult", "PolicyError", "ROOT",
+    "CREATED", "Desired", "MergeResult", "PolicyError", "ROOT",
     "annotation_path", "desired_fields", "diff", "format_path", "merge", "parse_path",
     "policy_warnings", "restore", "strict_equal", "validate_policy",
 ]

@@ -91,7 +91,9 @@ def render(spec: BindingSpec, policy: Any, scheduler_name: str | None, label: st
     try:
         validate_policy(policy)
     except PolicyError as e:
-        raise RenderError(f"{label}: {e}") from None
+        # "policy base.spec: ..." -> "policy FILE: base.spec: ..." (the label already says policy)
+        msg = str(e).removeprefix("policy: ").removeprefix("policy ")
+        raise RenderError(f"{label}: {msg}") from None
     name = scheduler_name or spec.scheduler.name
     if not name:
         raise RenderError("scheduler name unknown: pass --scheduler-name or set spec.scheduler.name")

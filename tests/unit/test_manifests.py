@@ -1,0 +1,475 @@
+"""The shipped kustomize manifests: RBAC pinned rule by rule, a hardened Deployment, examples
+that the API would accept, and kustomizations that build.
+
+Everything here parses YAML; the `kustomize build` tests run a real kubectl when one is found
+(the project's cached build first, then PATH) and are skipped otherwise.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+import yaml
+
+from sunk_sandbox_operator import model
+
+ROOT = Path(__file__).resolve().parents[2]
+MANIFESTS = ROOT / "manifests"
+CRDS = ROOT / "crds"
+HEALTH_LUA = ROOT / "operator" / "sunk_sandbox_operator" / "argocd" / "health.lua"
+
+OPERATOR_NS = "sunk-sandbox-operator-system"
+SA = "sunk-sandbox-operator"
+SECRETS_NS = "tenant-slurm"
+IMAGE = "ghcr.io/sunksandbox/sunk-sandbox-operator:0.1.0"
+ARGOCD_KEY = "resource.customizations.health.sunksandbox.dev_SunkSandboxBinding"
+
+# Files that are deliberately not part of any kustomization (applied elsewhere).
+STANDALONE = {MANIFESTS / "examples" / "argocd-application.yaml"}
+
+
+def _rules(*specs: tuple[str, str, str, tuple[str, ...]]) -> set[tuple]:
+    out = set()
+    for group, resource, verbs, names in specs:
+        for verb in verbs.split():
+            for name in names or (None,):
+                out.add((group, resource, verb, name))
+    return out
+
+
+# The ClusterRole, one tuple per (apiGroup, resource, verb, resourceName). Changing this set is
+# a conscious decision: say why in the commit.
+EXPECTED_CLUSTER_RULES = _rules(
+    (model.GROUP, model.PLURAL, "get list watch patch update", ()),
+    (model.GROUP, f"{model.PLURAL}/status", "get patch update", ()),
+    (model.GROUP, f"{model.PLURAL}/finalizers", "update", ()),
+    ("apiextensions.k8s.io", "customresourcedefinitions", "get list watch", ()),
+    ("", "namespaces", "get list watch", ()),
+    ("", "pods", "get list watch", ()),
+    ("", "configmaps", "get list watch update patch", ()),
+    ("apps", "deployments", "get list watch patch", ()),
+    ("rbac.authorization.k8s.io", "rolebindings", "get list watch create update delete", ()),
+    ("rbac.authorization.k8s.io", "clusterroles", "bind", ("sunk-scheduler-sandbox",)),
+    ("", "events", "create patch", ()),
+    ("events.k8s.io", "events", "create patch", ()),
+    ("argoproj.io", "applications", "get list watch patch", ()),
+)
+EXPECTED_SECRET_RULES = _rules(("", "secrets", "get", ()))
+# Granted per namespace by RoleBindings only (manifests/rbac-secrets.yaml).
+SECRET_READER = "sunk-sandbox-operator-secret-reader"
+
+
+# ---------------------------------------------------------------- loading
+
+
+def yaml_files() -> list[Path]:
+    return sorted(p for base in (MANIFESTS, CRDS) for p in base.rglob("*.y*ml"))
+
+
+def is_kustomization(path: Path) -> bool:
+    return path.name in {"kustomization.yaml", "kustomization.yml", "Kustomization"}
+
+
+def load_docs(path: Path) -> list[dict]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+
+
+@pytest.fixture(scope="module")
+def objects() -> list[tuple[Path, dict]]:
+    out = []
+    for path in yaml_files():
+        if is_kustomization(path):
+            continue
+        for doc in load_docs(path):
+            assert isinstance(doc, dict) and doc.get("kind") and doc.get("apiVersion"), f"{path}: not an object"
+            out.append((path, doc))
+    return out
+
+
+def find(objects, kind: str, name: str, namespace: str | None = None) -> dict:
+    found = [
+        d for _, d in objects
+        if d["kind"] == kind and d["metadata"]["name"] == name and d["metadata"].get("namespace") == namespace
+    ]
+    assert len(found) == 1, f"expected exactly one {kind} {namespace}/{name}, found {len(found)}"
+    return found[0]
+
+
+def flatten(rules: list[dict]) -> set[tuple]:
+    out = set()
+    for rule in rules:
+        assert not rule.get("nonResourceURLs")
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                for verb in rule["verbs"]:
+                    for name in rule.get("resourceNames") or [None]:
+                        out.add((group, resource, verb, name))
+    return out
+
+
+@pytest.fixture(scope="module")
+def deployment(objects) -> dict:
+    return find(objects, "Deployment", "sunk-sandbox-operator", OPERATOR_NS)
+
+
+@pytest.fixture(scope="module")
+def container(deployment) -> dict:
+    (only,) = deployment["spec"]["template"]["spec"]["containers"]
+    return only
+
+
+@pytest.fixture(scope="module")
+def example_binding(objects) -> dict:
+    found = [d for _, d in objects if d["kind"] == model.KIND]
+    assert len(found) == 1
+    return found[0]
+
+
+def test_flatten_expands_every_combination():
+    rules = [{"apiGroups": ["", "apps"], "resources": ["a"], "verbs": ["get", "list"], "resourceNames": ["n"]}]
+    assert flatten(rules) == {("", "a", "get", "n"), ("", "a", "list", "n"), ("apps", "a", "get", "n"),
+                              ("apps", "a", "list", "n")}
+
+
+# ---------------------------------------------------------------- RBAC
+
+
+def test_cluster_role_rules_are_exactly_the_expected_set(objects):
+    role = find(objects, "ClusterRole", "sunk-sandbox-operator")
+    actual = flatten(role["rules"])
+    missing = sorted(EXPECTED_CLUSTER_RULES - actual, key=str)
+    extra = sorted(actual - EXPECTED_CLUSTER_RULES, key=str)
+    assert not missing and not extra, f"missing: {missing}\nextra: {extra}"
+    assert not role.get("aggregationRule")
+
+
+def test_cluster_role_is_bound_to_the_service_account(objects):
+    find(objects, "ServiceAccount", SA, OPERATOR_NS)
+    binding = find(objects, "ClusterRoleBinding", "sunk-sandbox-operator")
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                  "name": "sunk-sandbox-operator"}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": SA, "namespace": OPERATOR_NS}]
+
+
+def test_secret_access_is_get_only_in_the_binding_namespace(objects, example_binding):
+    reader = find(objects, "ClusterRole", SECRET_READER)
+    assert flatten(reader["rules"]) == EXPECTED_SECRET_RULES
+    binding = find(objects, "RoleBinding", "sunk-sandbox-operator-secrets", SECRETS_NS)
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                  "name": SECRET_READER}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": SA, "namespace": OPERATOR_NS}]
+    # The default install can read the example binding's token.
+    assert example_binding["metadata"]["namespace"] == SECRETS_NS
+
+
+def test_secret_reader_is_never_bound_cluster_wide(objects):
+    bindings = [d for _, d in objects if d["kind"] in {"RoleBinding", "ClusterRoleBinding"}
+                and d["roleRef"]["name"] == SECRET_READER]
+    assert bindings, "the secret reader must be bound in at least the default namespace"
+    for binding in bindings:
+        assert binding["kind"] == "RoleBinding", "a ClusterRoleBinding would allow reading every Secret"
+        assert binding["metadata"]["namespace"]
+
+
+def test_no_role_anywhere_grants_more_than_get_on_secrets_or_wildcards(objects):
+    roles = [d for _, d in objects if d["kind"] in {"Role", "ClusterRole"}]
+    assert len(roles) >= 2
+    for role in roles:
+        for group, resource, verb, _ in flatten(role.get("rules", [])):
+            where = f"{role['kind']} {role['metadata']['name']}"
+            assert "*" not in (group, resource, verb), f"{where}: wildcard in RBAC"
+            if resource == "secrets" or resource.startswith("secrets/"):
+                assert (group, resource, verb) == ("", "secrets", "get"), f"{where}: {verb} on secrets"
+
+
+def test_no_peering_or_lease_permissions(objects):
+    for _, doc in objects:
+        if doc["kind"] in {"Role", "ClusterRole"}:
+            resources = {r for _, r, _, _ in flatten(doc["rules"])}
+            assert not resources & {"clusterkopfpeerings", "kopfpeerings", "leases"}
+
+
+def test_grant_cluster_role_of_the_example_is_bindable(objects, example_binding):
+    role = find(objects, "ClusterRole", "sunk-sandbox-operator")
+    bindable = {n for g, r, v, n in flatten(role["rules"]) if r == "clusterroles" and v == "bind"}
+    assert example_binding["spec"]["scope"]["grantClusterRole"] in bindable
+
+
+def test_rbac_names_the_crd_that_ships(objects):
+    crd = find(objects, "CustomResourceDefinition", f"{model.PLURAL}.{model.GROUP}")
+    assert crd["spec"]["group"] == model.GROUP
+    assert crd["spec"]["names"]["plural"] == model.PLURAL
+    assert any(s.get("subresources", {}).get("status") == {} for s in crd["spec"]["versions"])
+
+
+# ---------------------------------------------------------------- Deployment and Service
+
+
+def test_deployment_shape(deployment, container):
+    spec = deployment["spec"]
+    assert spec["replicas"] == 1
+    assert spec["strategy"] == {"type": "Recreate"}
+    pod = spec["template"]["spec"]
+    assert pod["serviceAccountName"] == SA
+    assert "priorityClassName" not in pod
+    assert container["name"] == "operator"
+    assert container["args"] == [
+        "run", "--standalone", "--all-namespaces", "--liveness=http://0.0.0.0:8081/healthz",
+        "--metrics-port=8080", "--log-format=json",
+    ]
+    assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"metrics": 8080, "health": 8081}
+    env = {e["name"]: e for e in container["env"]}
+    assert env["SSB_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+
+
+def test_probes_match_the_liveness_flag(container):
+    liveness_arg = next(a for a in container["args"] if a.startswith("--liveness="))
+    url = urlparse(liveness_arg.split("=", 1)[1])
+    for probe in ("livenessProbe", "readinessProbe"):
+        get = container[probe]["httpGet"]
+        assert get["path"] == url.path == "/healthz"
+        assert get["port"] == url.port == 8081
+    metrics_arg = next(a for a in container["args"] if a.startswith("--metrics-port="))
+    assert int(metrics_arg.split("=", 1)[1]) == 8080
+
+
+def test_resources(container):
+    assert container["resources"] == {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}}
+
+
+def test_security_context(deployment, container):
+    ctx = container["securityContext"]
+    assert ctx["runAsNonRoot"] is True
+    assert ctx["runAsUser"] == 65532
+    assert ctx["readOnlyRootFilesystem"] is True
+    assert ctx["allowPrivilegeEscalation"] is False
+    assert ctx["capabilities"] == {"drop": ["ALL"]}
+    assert ctx["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert not ctx.get("privileged")
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] == 65532
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    for forbidden in ("hostNetwork", "hostPID", "hostIPC"):
+        assert not pod.get(forbidden)
+
+
+def test_tmp_is_a_writable_empty_dir(deployment, container):
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    assert "emptyDir" in volumes[mounts["/tmp"]["name"]]
+    assert not mounts["/tmp"].get("readOnly")
+
+
+def test_selector_matches_template_and_service(objects, deployment):
+    template_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    selector = deployment["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= template_labels.items()
+    service = find(objects, "Service", "sunk-sandbox-operator-metrics", OPERATOR_NS)
+    assert service["spec"]["type"] == "ClusterIP"
+    assert service["spec"]["selector"].items() <= template_labels.items()
+    assert service["spec"]["ports"] == [{"name": "metrics", "port": 8080, "targetPort": "metrics", "protocol": "TCP"}]
+    annotations = service["metadata"]["annotations"]
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert annotations["prometheus.io/port"] == "8080"
+
+
+def test_operator_namespace_enforces_restricted_pod_security(objects):
+    ns = find(objects, "Namespace", OPERATOR_NS)
+    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+
+
+# ---------------------------------------------------------------- examples
+
+
+def test_example_binding_validates(example_binding):
+    assert example_binding["apiVersion"] == f"{model.GROUP}/{model.VERSION}"
+    spec = model.parse_spec(example_binding["spec"])
+    assert spec.runner.id == "runner-7f3a"
+    assert spec.runner.token_secret_ref.name == "coreweave-api"
+    assert spec.partition == "sandboxes"
+    assert spec.sandbox_namespaces.names == ["ds-*"]
+    assert spec.scope.always_include == ["tenant-slurm"]
+    assert example_binding["metadata"]["namespace"] == "tenant-slurm"
+
+
+def test_example_binding_validation_can_fail(example_binding):
+    from pydantic import ValidationError
+
+    broken = yaml.safe_load(yaml.safe_dump(example_binding["spec"]))
+    broken["slurm"]["exclusive"] = "always"
+    with pytest.raises(ValidationError):
+        model.parse_spec(broken)
+
+
+def test_example_secret_is_a_marked_template_for_the_binding(objects, example_binding):
+    ref = example_binding["spec"]["runner"]["tokenSecretRef"]
+    secret = find(objects, "Secret", ref["name"], example_binding["metadata"]["namespace"])
+    token = secret["stringData"][ref.get("key", "token")]
+    assert "REPLACE" in token
+    assert "TEMPLATE" in (MANIFESTS / "examples" / "secret.yaml").read_text()
+
+
+def test_argocd_application_example(objects):
+    app = find(objects, "Application", "sunk-sandbox-operator", "argocd")
+    assert app["apiVersion"] == "argoproj.io/v1alpha1"
+    assert app["spec"]["source"]["path"] == "manifests"
+    assert "ServerSideApply=true" in app["spec"]["syncPolicy"]["syncOptions"]
+    assert app["spec"]["destination"]["namespace"] == OPERATOR_NS
+
+
+# ---------------------------------------------------------------- kustomizations
+
+
+def kustomizations() -> list[Path]:
+    return [p for p in yaml_files() if is_kustomization(p)]
+
+
+def referenced_files(kustomization: Path) -> set[Path]:
+    doc = yaml.safe_load(kustomization.read_text())
+    here = kustomization.parent
+    out = set()
+    for entry in doc.get("resources", []) + doc.get("components", []):
+        target = (here / entry).resolve()
+        assert target.exists(), f"{kustomization}: {entry} does not exist"
+        if target.is_dir():
+            assert any((target / n).exists() for n in ("kustomization.yaml", "kustomization.yml", "Kustomization")), \
+                f"{kustomization}: {entry} is a directory without a kustomization"
+        out.add(target)
+    for generator in doc.get("configMapGenerator", []) + doc.get("secretGenerator", []):
+        for entry in generator.get("files", []):
+            target = (here / entry.split("=", 1)[-1]).resolve()
+            assert target.is_file(), f"{kustomization}: {entry} does not exist"
+            assert here.resolve() in target.parents, f"{kustomization}: kustomize only loads files under its root"
+            out.add(target)
+    return out
+
+
+def test_kustomization_references_exist():
+    assert (MANIFESTS / "kustomization.yaml").exists()
+    assert (CRDS / "kustomization.yaml").exists()
+    for path in kustomizations():
+        referenced_files(path)
+
+
+def test_main_kustomization_lists_the_operator():
+    doc = yaml.safe_load((MANIFESTS / "kustomization.yaml").read_text())
+    assert set(doc["resources"]) >= {"../crds", "namespace.yaml", "serviceaccount.yaml", "rbac.yaml",
+                                     "rbac-secrets.yaml", "deployment.yaml", "service.yaml"}
+    assert "namespace" not in doc, "a kustomize namespace would move the tenant-slurm Secret Role"
+    assert doc["images"] == [{"name": "sunk-sandbox-operator", "newName": IMAGE.rsplit(":", 1)[0],
+                              "newTag": IMAGE.rsplit(":", 1)[1]}]
+    (labels,) = doc["labels"]
+    assert labels["pairs"]["app.kubernetes.io/name"] == "sunk-sandbox-operator"
+    assert "app.kubernetes.io/part-of" in labels["pairs"]
+    assert yaml.safe_load((CRDS / "kustomization.yaml").read_text())["resources"] == ["sunksandboxbindings.yaml"]
+
+
+def test_every_manifest_file_is_used():
+    used = set()
+    for path in kustomizations():
+        for target in referenced_files(path):
+            used.add(target)
+            if target.is_dir():
+                used.update(target.rglob("*"))
+    for path in yaml_files():
+        if is_kustomization(path) or path in STANDALONE:
+            continue
+        assert path.resolve() in used, f"{path.relative_to(ROOT)} is in no kustomization"
+
+
+# ---------------------------------------------------------------- kustomize build (real kubectl)
+
+
+def kubectl() -> str | None:
+    cached = sorted(glob.glob(os.path.expanduser("~/.cache/sunk-sandbox-operator/k8s/*/kubectl")))
+    for candidate in reversed(cached):
+        if os.access(candidate, os.X_OK):
+            return candidate
+    return shutil.which("kubectl")
+
+
+def kustomize_build(directory: Path) -> list[dict]:
+    binary = kubectl()
+    if binary is None:
+        pytest.skip("no kubectl binary (built into ~/.cache/sunk-sandbox-operator/k8s/ or on PATH)")
+    done = subprocess.run([binary, "kustomize", str(directory)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return [d for d in yaml.safe_load_all(done.stdout) if d]
+
+
+def ids(docs) -> set[tuple[str, str | None, str]]:
+    return {(d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"]) for d in docs}
+
+
+def test_kustomize_build_of_manifests():
+    docs = kustomize_build(MANIFESTS)
+    assert ids(docs) == {
+        ("CustomResourceDefinition", None, f"{model.PLURAL}.{model.GROUP}"),
+        ("Namespace", None, OPERATOR_NS),
+        ("ServiceAccount", OPERATOR_NS, SA),
+        ("ClusterRole", None, "sunk-sandbox-operator"),
+        ("ClusterRoleBinding", None, "sunk-sandbox-operator"),
+        ("ClusterRole", None, SECRET_READER),
+        ("RoleBinding", SECRETS_NS, "sunk-sandbox-operator-secrets"),
+        ("Deployment", OPERATOR_NS, "sunk-sandbox-operator"),
+        ("Service", OPERATOR_NS, "sunk-sandbox-operator-metrics"),
+    }
+    for doc in docs:
+        assert doc["metadata"]["labels"]["app.kubernetes.io/name"] == "sunk-sandbox-operator", doc["kind"]
+        assert "app.kubernetes.io/part-of" in doc["metadata"]["labels"]
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == IMAGE
+    assert deployment["spec"]["selector"]["matchLabels"] == {
+        "app.kubernetes.io/name": "sunk-sandbox-operator", "app.kubernetes.io/component": "operator"}
+    (role,) = [d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "sunk-sandbox-operator"]
+    assert flatten(role["rules"]) == EXPECTED_CLUSTER_RULES
+
+
+def test_kustomize_build_of_examples():
+    docs = kustomize_build(MANIFESTS / "examples")
+    assert ids(docs) == {("Secret", SECRETS_NS, "coreweave-api"), (model.KIND, SECRETS_NS, "cpu-sandboxes")}
+
+
+def test_documented_patch_moves_the_secret_role_binding(tmp_path):
+    """The overlay shown in manifests/rbac-secrets.yaml works."""
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    patch = '[{"op": "replace", "path": "/metadata/namespace", "value": "slurm-prod"}]'
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
+        "resources": [os.path.relpath(MANIFESTS, overlay)],
+        "patches": [
+            {"target": {"group": "rbac.authorization.k8s.io", "kind": kind, "name": "sunk-sandbox-operator-secrets"},
+             "patch": patch}
+            for kind in ("RoleBinding",)
+        ],
+    }))
+    assert patch in (MANIFESTS / "rbac-secrets.yaml").read_text()
+    docs = ids(kustomize_build(overlay))
+    assert ("RoleBinding", "slurm-prod", "sunk-sandbox-operator-secrets") in docs
+    assert ("ClusterRole", None, SECRET_READER) in docs
+    assert not any(ns == SECRETS_NS for _, ns, _ in docs)
+
+
+def test_argocd_component_merges_the_health_check_into_argocd_cm(tmp_path):
+    install = tmp_path / "argocd-install"
+    install.mkdir()
+    (install / "argocd-cm.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "argocd-cm", "namespace": "argocd"},
+        "data": {"url": "https://argocd.example.test"},
+    }))
+    (install / "kustomization.yaml").write_text(yaml.safe_dump({
+        "resources": ["argocd-cm.yaml"],
+        "components": [os.path.relpath(MANIFESTS / "argocd", install)],
+    }))
+    (cm,) = kustomize_build(install)
+    assert cm["metadata"]["name"] == "argocd-cm"
+    assert cm["data"]["url"] == "https://argocd.example.test", "merge, not replace"
+    assert cm["data"][ARGOCD_KEY] == HEALTH_LUA.read_text()
