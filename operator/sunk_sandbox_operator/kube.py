@@ -176,3 +176,40 @@ async def delete_rolebinding(namespace: str, name: str) -> None:
         await _call(rbac().delete_namespaced_role_binding, name, namespace)
     except NotFound:
         pass
+
+
+# ------------------------------------------------------------------ scope sync
+
+
+class Invalid(Exception):
+    """422: the server refused the object (e.g. an immutable ConfigMap)."""
+
+
+async def _call_any(fn, *args, **kwargs) -> dict:
+    """Like _call, with 422 translated too (writes the scope sync reports as InvalidConfig)."""
+    def run() -> dict:
+        try:
+            return _json(fn(*args, _preload_content=False, **kwargs))
+        except ApiException as exc:
+            if exc.status == 422:
+                raise Invalid(_reason(exc)) from None
+            raise _translate(exc) from None
+
+    return await asyncio.to_thread(run)
+
+
+async def replace_configmap_checked(namespace: str, name: str, body: dict) -> dict:
+    """PUT with resourceVersion (409 → Conflict, 422 → Invalid)."""
+    return await _call_any(core().replace_namespaced_config_map, name, namespace, body)
+
+
+async def merge_patch_deployment(namespace: str, name: str, patch: dict) -> dict:
+    """JSON merge patch (the generated client would pick json-patch for a dict body)."""
+    return await _call(apps().patch_namespaced_deployment, name, namespace, patch,
+                       _content_type="application/merge-patch+json")
+
+
+async def merge_patch_application(namespace: str, name: str, patch: dict) -> dict:
+    """JSON merge patch of an Argo CD Application; include metadata.resourceVersion for a precondition."""
+    return await _call_any(custom().patch_namespaced_custom_object, "argoproj.io", "v1alpha1", namespace,
+                           "applications", name, patch, _content_type="application/merge-patch+json")

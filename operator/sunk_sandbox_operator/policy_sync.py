@@ -79,7 +79,7 @@ def _client(state: BindingState) -> rc.RunnerClient:
                                      "set spec.runner.tokenSecretRef.key or add the key") from None
         except kube.Forbidden:
             raise CredentialsMissing(f"the operator may not read Secret {state.namespace}/{ref.name}: grant it "
-                                     "`get` on secrets in this namespace (manifests/ Role)") from None
+                                     "`get` on secrets in this namespace (a RoleBinding to the ClusterRole sunk-sandbox-operator-secret-reader)") from None
 
     client = rc.RunnerClient(spec.runner.api_url, token, max_retries=2, backoff_max=2.0,
                              on_call=lambda method, code: metrics.RUNNER_API_CALLS.inc(method=method, code=code))

@@ -1,8 +1,7 @@
 """The shipped kustomize manifests: RBAC pinned rule by rule, a hardened Deployment, examples
 that the API would accept, and kustomizations that build.
 
-Everything here parses YAML; the `kustomize build` tests run a real kubectl when one is found
-(the project's cached build first, then PATH) and are skipped otherwise.
+Everything here parses YAML; the `kustomize build` tests run the project's pinned kubectl.
 """
 
 from __future__ import annotations
@@ -387,18 +386,10 @@ def test_every_manifest_file_is_used():
 # ---------------------------------------------------------------- kustomize build (real kubectl)
 
 
-def kubectl() -> str | None:
-    cached = sorted(glob.glob(os.path.expanduser("~/.cache/sunk-sandbox-operator/k8s/*/kubectl")))
-    for candidate in reversed(cached):
-        if os.access(candidate, os.X_OK):
-            return candidate
-    return shutil.which("kubectl")
-
-
 def kustomize_build(directory: Path) -> list[dict]:
-    binary = kubectl()
-    if binary is None:
-        pytest.skip("no kubectl binary (built into ~/.cache/sunk-sandbox-operator/k8s/ or on PATH)")
+    from sunk_sandbox_operator import devcluster
+
+    binary = str(devcluster.ensure_binaries() / "kubectl")  # the pinned kubectl (built by `make binaries`)
     done = subprocess.run([binary, "kustomize", str(directory)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     return [d for d in yaml.safe_load_all(done.stdout) if d]

@@ -1,0 +1,119 @@
+"""End to end, as a user deploys: CRD + `kustomize build manifests/` applied server-side, the operator
+running with a TokenRequest token of the shipped ServiceAccount, the example binding, `kubectl wait`."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import REPO, wait_for
+from tests.integration.conftest import ADMIN_TOKEN, make_scheduler
+
+pytestmark = pytest.mark.e2e
+
+NS = "tenant-slurm"
+EXAMPLES = REPO / "manifests" / "examples"
+
+
+def _example_binding(emulator) -> dict:
+    binding = yaml.safe_load((EXAMPLES / "binding.yaml").read_text())
+    binding["spec"]["runner"]["apiURL"] = emulator.url  # the emulator stands in for api.coreweave.com
+    return binding
+
+
+def _example_secret() -> dict:
+    secret = yaml.safe_load((EXAMPLES / "secret.yaml").read_text())
+    secret.pop("data", None)
+    secret["stringData"] = {"token": ADMIN_TOKEN}
+    return secret
+
+
+def test_example_binding_becomes_ready_under_shipped_rbac(installed, operator, emulator):
+    with emulator.state.lock:
+        emulator.state.add_runner("runner-7f3a", {"constraints": {"network": {"egress": {"allow": ["pypi.org"]}}}})
+    installed.apply(_example_secret())
+    make_scheduler(installed, NS)
+    installed.kubectl("create", "clusterrole", "sunk-scheduler-sandbox", "--verb=get,list,watch",
+                      "--resource=pods", check=False)
+    installed.apply(_example_binding(emulator))
+    out = installed.kubectl("wait", "--for=condition=Ready", "ssb/cpu-sandboxes", "-n", NS, "--timeout=60s",
+                            check=False)
+    binding = installed.binding(NS, "cpu-sandboxes")
+    assert out.returncode == 0, (out.stderr, json.dumps(binding.get("status"), indent=1), operator.logs()[-3000:])
+    status = binding["status"]
+    assert status["observedGeneration"] == binding["metadata"]["generation"]
+    assert status["scheduler"]["name"] == "slurm-scheduler"
+    policy = emulator.state.runners["runner-7f3a"]["policy"]
+    assert policy["base"]["spec"]["schedulerName"] == "slurm-scheduler"
+    assert policy["constraints"]["network"]["egress"]["allow"] == ["pypi.org"]
+    wide = installed.kubectl("get", "ssb", "-n", NS, "-o", "wide").stdout
+    assert "cpu-sandboxes" in wide and "True" in wide
+
+    # metrics after a reconcile
+    text = operator.metrics()
+    for series in ("ssb_reconciles_total", "ssb_runner_api_calls_total", "ssb_status_patches_total",
+                   "ssb_condition", "ssb_scope_namespaces", "ssb_policy_writes_total",
+                   "ssb_scope_sync_latency_seconds", "ssb_policy_drift_corrections_total"):
+        assert re.search(rf"^# TYPE {series} ", text, re.M), series
+    assert 'ssb_runner_api_calls_total{method="GetManagedRunner",code="ok"}' in text
+    assert f'ssb_condition{{binding="{NS}/cpu-sandboxes",condition="Ready",status="True"}} 1' in text
+    rss = operator.rss_kib()
+    print(f"\noperator RSS after e2e: {rss / 1024:.1f} MiB" if rss else "\noperator RSS unknown")
+
+    # clean up as a user would: the finalizer restores the policy
+    installed.kubectl("delete", "ssb", "-n", NS, "cpu-sandboxes", "--timeout=60s")
+    policy = emulator.state.runners["runner-7f3a"]["policy"]
+    assert "schedulerName" not in (policy.get("base") or {}).get("spec", {})
+    assert policy["constraints"]["network"]["egress"]["allow"] == ["pypi.org"]
+
+
+@pytest.mark.parametrize("verb,resource,namespace,allowed", [
+    ("get", "secrets", NS, "yes"),
+    ("list", "secrets", NS, "no"),
+    ("watch", "secrets", NS, "no"),
+    ("delete", "secrets", NS, "no"),
+    ("get", "secrets", "kube-system", "no"),
+    ("delete", "pods", NS, "no"),
+    ("create", "pods", NS, "no"),
+    ("delete", "configmaps", NS, "no"),
+    ("create", "deployments.apps", NS, "no"),
+    ("escalate", "clusterroles", "", "no"),
+    ("bind", "clusterroles/cluster-admin", "", "no"),
+    ("bind", "clusterroles/sunk-scheduler-sandbox", "", "yes"),
+    ("patch", "sunksandboxbindings.sunksandbox.dev/status", NS, "yes"),
+    ("list", "namespaces", "", "yes"),
+])
+def test_shipped_rbac_is_least_privilege(installed, operator_kubeconfig, verb, resource, namespace, allowed):
+    args = ["auth", "can-i", verb, resource] + (["-n", namespace] if namespace else [])
+    out = installed.kubectl(*args, kubeconfig=operator_kubeconfig, check=False)
+    assert out.stdout.strip() == allowed, (args, out.stdout, out.stderr)
+
+
+def test_permission_not_shipped_is_denied_by_the_api(installed, operator_kubeconfig):
+    installed.kubectl("create", "secret", "generic", "victim", "-n", NS, "--from-literal=k=v", check=False)
+    out = installed.kubectl("delete", "secret", "victim", "-n", NS, kubeconfig=operator_kubeconfig, check=False)
+    assert out.returncode != 0 and "forbidden" in out.stderr.lower()
+    assert installed.core.read_namespaced_secret("victim", NS).metadata.name == "victim"
+
+
+def test_demo_runs_to_completion():
+    """The README's first command ends in this; it brings its own control plane and operator."""
+    started = time.monotonic()
+    out = subprocess.run([sys.executable, "-m", "sunk_sandbox_operator", "demo"], capture_output=True, text=True,
+                         timeout=300, cwd=str(REPO))
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    for section in ("local control plane", "policy BEFORE", "scope BEFORE", "policy AFTER", "scope AFTER",
+                    "kubectl get ssb -o wide", "demo complete"):
+        assert section in out.stdout, section
+    after = out.stdout.split("=== policy AFTER")[1]
+    assert '"schedulerName": "slurm-scheduler"' in after
+    assert "- ds-alice" in out.stdout.split("=== scope AFTER")[1]
+    print(f"\ndemo took {time.monotonic() - started:.0f}s")
+    assert "demo-" not in out.stdout.replace("ssb-demo-", "")  # the token never printed

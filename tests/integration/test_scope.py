@@ -1,0 +1,502 @@
+"""Scope sync: real control plane, the operator as its ServiceAccount, real Namespaces/ConfigMaps.
+
+Namespaces can never be deleted here (no controller-manager finishes them): every test uses
+its own random name prefix, and "terminating" is simulated by deleting a namespace (it keeps
+its deletionTimestamp forever).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import kubernetes
+import pytest
+import yaml
+from kubernetes.client.rest import ApiException
+
+from sunk_sandbox_operator.scope_core import scope_hash
+from tests.conftest import wait_for
+from tests.integration.conftest import (binding_spec, create_token_secret, grant_secret_read, make_scheduler,
+                                        new_runner)
+
+pytestmark = pytest.mark.integration
+
+CM = "slurm-scheduler-config"
+KEY = "scheduler.conf"
+GRANT_ROLE = "sunk-scheduler-sandbox"  # the only ClusterRole manifests/rbac.yaml lets the operator bind
+BINDING_LABEL = "sunksandbox.dev/binding"
+HASH = "sunksandbox.dev/scope-hash"
+
+
+def prefix() -> str:
+    return "ds" + uuid.uuid4().hex[:6]
+
+
+@pytest.fixture
+def slurm_ns(installed, ns) -> str:
+    """A namespace ready for a binding, without a scheduler (the test makes its own)."""
+    grant_secret_read(installed, ns)
+    create_token_secret(installed, ns)
+    return ns
+
+
+def conf_text(kube, ns: str) -> str:
+    return kube.core.read_namespaced_config_map(CM, ns).data[KEY]
+
+
+def conf(kube, ns: str) -> dict:
+    return yaml.safe_load(conf_text(kube, ns))
+
+
+def listed(kube, ns: str) -> list[str]:
+    value = conf(kube, ns)["scheduler"]["scope"].get("namespaces") or []
+    return [v.strip() for v in value.split(",")] if isinstance(value, str) else list(value)
+
+
+def rv(kube, ns: str) -> str:
+    return kube.core.read_namespaced_config_map(CM, ns).metadata.resource_version
+
+
+def scope_binding(kube, emulator, ns: str, names: list[str] | None = None, name: str = "b", **overrides) -> dict:
+    spec = binding_spec(new_runner(emulator, {}), emulator, **overrides)
+    if names is not None:
+        spec["sandboxNamespaces"] = {"names": names}
+    return kube.create_binding(ns, name, spec)
+
+
+def wait_listed(kube, ns: str, names: set[str], present: bool = True, timeout: float = 15.0) -> list[str]:
+    def check():
+        cur = set(listed(kube, ns))
+        return (names <= cur) if present else not (names & cur)
+    wait_for(check, timeout, lambda: f"want {'in' if present else 'out'}: {sorted(names)}; list: {listed(kube, ns)}")
+    return listed(kube, ns)
+
+
+def edit_conf(kube, ns: str, fn) -> None:
+    """An admin's read-modify-write of scheduler.conf (optimistic concurrency, like kubectl edit)."""
+    for _ in range(50):
+        cm = kube.core.read_namespaced_config_map(CM, ns)
+        cm.data[KEY] = fn(cm.data[KEY])
+        try:
+            kube.core.replace_namespaced_config_map(CM, ns, cm)
+            return
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+    raise AssertionError("could not edit scheduler.conf")
+
+
+def scope_writes(operator, binding: str) -> float:
+    m = re.search(r'^ssb_scope_writes_total\{binding="' + re.escape(binding) + r'"\} (\S+)$', operator.metrics(), re.M)
+    return float(m.group(1)) if m else 0.0
+
+
+def status_scope(kube, ns: str, name: str = "b") -> dict:
+    return (kube.binding(ns, name).get("status") or {}).get("scope") or {}
+
+
+class ConfigMapWatch:
+    """Watches one ConfigMap in a thread; records when each namespace name first appears in the list."""
+
+    def __init__(self, kube, ns: str) -> None:
+        self.api = kubernetes.config.new_client_from_config(config_file=str(kube.cluster.kubeconfig))
+        self.core = kubernetes.client.CoreV1Api(self.api)
+        self.ns = ns
+        self.first_seen: dict[str, float] = {}
+        self.versions: list[str] = []
+        self._stop = threading.Event()
+        start = self.core.read_namespaced_config_map(CM, ns)
+        self._rv = start.metadata.resource_version
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        w = kubernetes.watch.Watch()
+        while not self._stop.is_set():
+            try:
+                for ev in w.stream(self.core.list_namespaced_config_map, self.ns, field_selector=f"metadata.name={CM}",
+                                   resource_version=self._rv, timeout_seconds=5):
+                    now = time.monotonic()
+                    obj = ev["object"]
+                    self._rv = obj.metadata.resource_version
+                    self.versions.append(self._rv)
+                    value = (yaml.safe_load(obj.data[KEY])["scheduler"]["scope"].get("namespaces") or [])
+                    for name in (value.split(",") if isinstance(value, str) else value):
+                        self.first_seen.setdefault(name.strip(), now)
+                    if self._stop.is_set():
+                        break
+            except Exception:
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+# ---------------------------------------------------------------- tests
+
+
+def test_burst_of_200_namespaces_few_writes_other_keys_survive(installed, operator, emulator, slurm_ns):
+    p = prefix()
+    make_scheduler(installed, slurm_ns, scope_namespaces=["admin-entry"], extra_conf="logLevel: info\n")
+    installed.core.patch_namespaced_config_map(CM, slurm_ns, {"data": {"other.key": "v0"}})
+    scope_binding(installed, emulator, slurm_ns, [f"{p}-*"], scope={"alwaysInclude": [slurm_ns]})
+    installed.wait_condition(slurm_ns, "b", "ScopeSynced", "True", "Synced")
+    assert set(listed(installed, slurm_ns)) == {"admin-entry", slurm_ns}
+    ref = f"{slurm_ns}/b"
+    writes_before = scope_writes(operator, ref)
+
+    watch = ConfigMapWatch(installed, slurm_ns)
+    created: dict[str, float] = {}
+    names = [f"{p}-{i:03d}" for i in range(200)]
+
+    def create(name: str) -> None:
+        t = time.monotonic()
+        installed.create_namespace(name)
+        created[name] = t
+
+    stop_admin = threading.Event()
+    admin_edits = []
+
+    def admin() -> None:  # another admin edits another key of scheduler.conf during the burst
+        i = 0
+        while not stop_admin.is_set():
+            i += 1
+            edit_conf(installed, slurm_ns, lambda text, i=i: re.sub(r"logLevel: \S+", f"logLevel: debug{i}", text))
+            admin_edits.append(i)
+            time.sleep(0.05)
+
+    admin_thread = threading.Thread(target=admin, daemon=True)
+    started = time.monotonic()
+    admin_thread.start()
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(create, names))
+        burst_seconds = time.monotonic() - started
+        wait_listed(installed, slurm_ns, set(names), timeout=30)
+    finally:
+        stop_admin.set()
+        admin_thread.join(10)
+    wait_for(lambda: all(n in watch.first_seen for n in names), 10)
+    watch.stop()
+
+    writes = scope_writes(operator, ref) - writes_before
+    latencies = [watch.first_seen[n] - created[n] for n in names]
+    p50, p99 = percentile(latencies, 0.5), percentile(latencies, 0.99)
+    print(f"\nburst of 200 namespaces created in {burst_seconds:.2f}s: {writes:.0f} scope writes; "
+          f"namespace -> ConfigMap latency p50 {p50 * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms, "
+          f"max {max(latencies) * 1000:.0f} ms; {len(admin_edits)} concurrent admin edits")
+    assert 1 <= writes <= 20
+    assert p50 < 2.0 and p99 < 5.0
+    # The other admin's edits and the other keys survived every one of our writes.
+    doc = conf(installed, slurm_ns)
+    assert admin_edits and doc["logLevel"] == f"debug{admin_edits[-1]}"
+    assert doc["scheduler"]["name"] == "slurm-scheduler" and doc["scheduler"]["scope"]["type"] == "namespace"
+    assert installed.core.read_namespaced_config_map(CM, slurm_ns).data["other.key"] == "v0"
+    final = listed(installed, slurm_ns)
+    assert set(final) == set(names) | {"admin-entry", slurm_ns}
+    assert final == sorted(final)
+    installed.wait_condition(slurm_ns, "b", "ScopeSynced", "True", "Synced")
+    st = wait_for(lambda: (s := status_scope(installed, slurm_ns)) and s.get("namespaceCount") == 202 and s, 10)
+    assert st["preexisting"] == ["admin-entry"]
+    assert set(st["added"]) == set(names) | {slurm_ns}
+    assert st["type"] == "namespace" and st["missing"] == []
+
+
+def test_membership_follows_namespaces_and_admin_entries_stay(installed, operator, emulator, slurm_ns):
+    p = prefix()
+    label = f"sandbox-{p}"
+    make_scheduler(installed, slurm_ns, scope_namespaces=["admin-before"])
+    spec = binding_spec(new_runner(emulator, {}), emulator,
+                        sandboxNamespaces={"names": [f"{p}-*"], "selector": {"matchLabels": {label: "true"}}})
+    installed.create_binding(slurm_ns, "b", spec)
+    installed.wait_condition(slurm_ns, "b", "ScopeSynced", "True")
+
+    by_glob, by_label, unrelated = f"{p}-glob", f"sel-{p}", f"other-{p}"
+    installed.create_namespace(by_glob)
+    installed.create_namespace(by_label, {label: "true"})
+    installed.create_namespace(unrelated, {label: "false"})
+    wait_listed(installed, slurm_ns, {by_glob, by_label})
+    # An admin adds an entry by hand after our first write: not ours, so it stays.
+    edit_conf(installed, slurm_ns, lambda t: t.replace('"admin-before"', '"admin-before", "admin-after"'))
+    assert "admin-after" in listed(installed, slurm_ns)
+
+    installed.core.delete_namespace(by_glob)  # stays Terminating: no controller finishes it
+    assert installed.core.read_namespace(by_glob).metadata.deletion_timestamp is not None
+    wait_listed(installed, slurm_ns, {by_glob}, present=False)
+    installed.core.patch_namespace(by_label, {"metadata": {"labels": {label: None}}})
+    wait_listed(installed, slurm_ns, {by_label}, present=False)
+
+    time.sleep(1.0)  # the unrelated namespace had every chance to show up
+    final = listed(installed, slurm_ns)
+    assert unrelated not in final
+    assert {"admin-before", "admin-after"} <= set(final)
+    assert status_scope(installed, slurm_ns)["preexisting"] == ["admin-before"]
+
+
+def test_comma_separated_value_stays_comma_separated(installed, operator, emulator, slurm_ns):
+    p = prefix()
+    make_scheduler(installed, slurm_ns, scope_namespaces="tenant-a, tenant-b")
+    installed.create_namespace(f"{p}-x")
+    scope_binding(installed, emulator, slurm_ns, [f"{p}-*"])
+    wait_listed(installed, slurm_ns, {f"{p}-x"})
+    installed.create_namespace(f"{p}-y")
+    wait_listed(installed, slurm_ns, {f"{p}-y"})
+    value = conf(installed, slurm_ns)["scheduler"]["scope"]["namespaces"]
+    assert isinstance(value, str)
+    assert [v.strip() for v in value.split(",")] == sorted(["tenant-a", "tenant-b", f"{p}-x", f"{p}-y"])
+
+
+def test_scope_hash_changes_exactly_when_the_list_changes(installed, operator, emulator, slurm_ns):
+    p = prefix()
+    make_scheduler(installed, slurm_ns, scope_namespaces=[])
+    installed.create_namespace(f"{p}-1")
+    scope_binding(installed, emulator, slurm_ns, [f"{p}-*"], resyncInterval="1s")
+
+    def template_hash():
+        dep = installed.apps.read_namespaced_deployment("slurm-scheduler", slurm_ns)
+        return (dep.spec.template.metadata.annotations or {}).get(HASH), dep.metadata.resource_version
+
+    wait_listed(installed, slurm_ns, {f"{p}-1"})
+    first = wait_for(lambda: template_hash()[0], 10)
+    assert first == scope_hash(listed(installed, slurm_ns))
+    _, dep_rv = template_hash()
+    cm_rv = rv(installed, slurm_ns)
+    time.sleep(3.5)  # about three no-op resyncs
+    assert template_hash() == (first, dep_rv)
+    assert rv(installed, slurm_ns) == cm_rv
+
+    installed.create_namespace(f"{p}-2")
+    wait_listed(installed, slurm_ns, {f"{p}-2"})
+    second = wait_for(lambda: (h := template_hash()[0]) != first and h, 10)
+    assert second == scope_hash(listed(installed, slurm_ns))
+
+
+@pytest.fixture(scope="session")
+def argocd_crd(installed):
+    crd = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+           "metadata": {"name": "applications.argoproj.io"},
+           "spec": {"group": "argoproj.io", "scope": "Namespaced",
+                    "names": {"kind": "Application", "listKind": "ApplicationList", "plural": "applications",
+                              "singular": "application", "shortNames": ["app"]},
+                    "versions": [{"name": "v1alpha1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
+                        "type": "object", "properties": {
+                            "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+                            "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}}}]}}
+    installed.apply(crd)
+
+    def established():
+        obj = installed.ext.read_custom_resource_definition("applications.argoproj.io")
+        return any(c.type == "Established" and c.status == "True" for c in (obj.status.conditions or []))
+    wait_for(established, 30)
+    return installed
+
+
+def test_argocd_application_target(argocd_crd, operator, emulator, slurm_ns):
+    kube, p = argocd_crd, prefix()
+    make_scheduler(kube, slurm_ns)
+    values = {"scheduler": {"enabled": True, "scope": {"type": "namespace", "namespaces": ["admin-x"]}},
+              "slurmConfig": {"KillWait": 60}}
+    app = {"apiVersion": "argoproj.io/v1alpha1", "kind": "Application", "metadata": {"name": "slurm", "namespace": slurm_ns},
+           "spec": {"project": "default", "destination": {"server": "https://kubernetes.default.svc", "namespace": "tenant-slurm"},
+                    "source": {"repoURL": "https://charts.example.com", "chart": "slurm", "targetRevision": "1.0.0",
+                               "helm": {"releaseName": "slurm", "valuesObject": values}}}}
+    kube.custom.create_namespaced_custom_object("argoproj.io", "v1alpha1", slurm_ns, "applications", app)
+    installed_ns = f"{p}-a"
+    kube.create_namespace(installed_ns)
+    scope_binding(kube, emulator, slurm_ns, [f"{p}-*"],
+                  scope={"target": {"kind": "ArgoCDApplication", "application": {"name": "slurm", "namespace": slurm_ns}}})
+
+    def get():
+        return kube.custom.get_namespaced_custom_object("argoproj.io", "v1alpha1", slurm_ns, "applications", "slurm")
+
+    def scope_list():
+        return get()["spec"]["source"]["helm"]["valuesObject"]["scheduler"]["scope"]["namespaces"]
+
+    wait_for(lambda: installed_ns in scope_list(), 15, lambda: str(scope_list()))
+    kube.create_namespace(f"{p}-b")
+    wait_for(lambda: f"{p}-b" in scope_list(), 15, lambda: str(scope_list()))
+    obj = get()
+    assert scope_list() == sorted(["admin-x", f"{p}-a", f"{p}-b"])
+    helm = obj["spec"]["source"]["helm"]
+    assert helm["releaseName"] == "slurm" and helm["valuesObject"]["slurmConfig"] == {"KillWait": 60}
+    assert helm["valuesObject"]["scheduler"]["enabled"] is True
+    assert obj["spec"]["source"]["chart"] == "slurm"
+    cond = kube.wait_condition(slurm_ns, "b", "ScopeSynced", "True", "Synced")
+    assert f"Application {slurm_ns}/slurm" in cond["message"]
+    # The ConfigMap is not the target: untouched.
+    assert "namespaces" not in conf(kube, slurm_ns)["scheduler"]["scope"]
+
+
+@pytest.fixture(scope="session")
+def grant_role(installed) -> str:
+    try:
+        installed.rbac.create_cluster_role({"metadata": {"name": GRANT_ROLE}, "rules": [
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]})
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+    return GRANT_ROLE
+
+
+def ours(kube, ns: str, name: str = "b") -> dict[str, dict]:
+    rbs = kube.rbac.list_role_binding_for_all_namespaces(label_selector=f"{BINDING_LABEL}={ns}.{name}").items
+    return {rb.metadata.namespace: rb for rb in rbs}
+
+
+def test_rolebindings_follow_the_list(installed, operator, emulator, slurm_ns, grant_role):
+    p = prefix()
+    label = f"sandbox-{p}"
+    make_scheduler(installed, slurm_ns)
+    a, b = f"{p}-a", f"{p}-b"
+    installed.create_namespace(a, {label: "yes"})
+    spec = binding_spec(new_runner(emulator, {}), emulator, sandboxNamespaces={"selector": {"matchLabels": {label: "yes"}}},
+                        scope={"grantClusterRole": grant_role})
+    installed.create_binding(slurm_ns, "b", spec)
+    wait_for(lambda: a in ours(installed, slurm_ns), 15)
+    installed.create_namespace(b, {label: "yes"})
+    wait_for(lambda: set(ours(installed, slurm_ns)) == {a, b}, 15, lambda: str(set(ours(installed, slurm_ns))))
+    rb = ours(installed, slurm_ns)[b]
+    assert rb.role_ref.kind == "ClusterRole" and rb.role_ref.name == grant_role
+    assert [(s.kind, s.name, s.namespace) for s in rb.subjects] == [("ServiceAccount", "slurm-scheduler", slurm_ns)]
+
+    installed.core.patch_namespace(a, {"metadata": {"labels": {label: "no"}}})
+    wait_listed(installed, slurm_ns, {a}, present=False)
+    wait_for(lambda: set(ours(installed, slurm_ns)) == {b}, 15, lambda: str(set(ours(installed, slurm_ns))))
+    installed.wait_condition(slurm_ns, "b", "ScopeSynced", "True", "Synced")
+
+
+def test_malformed_conf_is_reported_and_never_written(installed, operator, emulator, slurm_ns):
+    p = prefix()
+    make_scheduler(installed, slurm_ns, scope_namespaces=["admin-x"], extra_conf="broken: [unclosed\n")
+    before = rv(installed, slurm_ns)
+    text = conf_text(installed, slurm_ns)
+    installed.create_namespace(f"{p}-a")
+    scope_binding(installed, emulator, slurm_ns, [f"{p}-*"])
+    cond = installed.wait_condition(slurm_ns, "b", "ScopeSynced", "False", "InvalidConfig")
+    assert "malformed YAML" in cond["message"]
+    installed.create_namespace(f"{p}-b")
+    time.sleep(1.5)
+    assert rv(installed, slurm_ns) == before
+    assert conf_text(installed, slurm_ns) == text
+
+
+def test_non_list_value_is_invalid_config(installed, operator, emulator, slurm_ns):
+    p = prefix()
+    make_scheduler(installed, slurm_ns, scope_namespaces={"a": 1})
+    before = rv(installed, slurm_ns)
+    installed.create_namespace(f"{p}-a")
+    scope_binding(installed, emulator, slurm_ns, [f"{p}-*"])
+    cond = installed.wait_condition(slurm_ns, "b", "ScopeSynced", "False", "InvalidConfig")
+    assert "scheduler.scope.namespaces" in cond["message"]
+    time.sleep(0.5)
+    assert rv(installed, slurm_ns) == before
+
+
+def sandbox_pod(kube, ns: str, scheduler: str = "slurm-scheduler") -> None:
+    kube.core.create_namespaced_pod(ns, {
+        "metadata": {"name": "sbx-" + uuid.uuid4().hex[:6], "labels": {"sandbox.coreweave.com/sandbox-id": uuid.uuid4().hex[:8]}},
+        "spec": {"schedulerName": scheduler, "containers": [{"name": "main", "image": "busybox",
+                                                             "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]}})
+
+
+def test_pending_sandbox_pod_gets_its_namespace_added(installed, operator, emulator, slurm_ns):
+    p = prefix()
+    make_scheduler(installed, slurm_ns, scope_namespaces=[])
+    scope_binding(installed, emulator, slurm_ns, [f"{p}-*"])
+    installed.wait_condition(slurm_ns, "b", "ScopeSynced", "True")
+    # A new matching namespace whose first sandbox pod is already Pending for our scheduler.
+    fresh = f"{p}-new"
+    installed.create_namespace(fresh)
+    sandbox_pod(installed, fresh)
+    wait_listed(installed, slurm_ns, {fresh}, timeout=5)
+    # Someone reverts the list by hand (the target is not watched; the resync is 5 minutes away):
+    # the next stuck pod there is the signal that brings it back.
+    def revert():
+        edit_conf(installed, slurm_ns, lambda t: re.sub(r"namespaces:.*", "namespaces: []", t))
+        assert fresh not in listed(installed, slurm_ns)
+
+    revert()
+    time.sleep(1.0)
+    assert fresh not in listed(installed, slurm_ns)
+    revert()
+    sandbox_pod(installed, fresh, scheduler="default-scheduler")  # not ours: no signal
+    time.sleep(2.5)
+    assert fresh not in listed(installed, slurm_ns)
+    sandbox_pod(installed, fresh)
+    wait_listed(installed, slurm_ns, {fresh}, timeout=5)
+
+
+def test_cluster_scope_writes_nothing(installed, operator, emulator, slurm_ns):
+    p = prefix()
+    make_scheduler(installed, slurm_ns)
+    edit_conf(installed, slurm_ns, lambda t: t.replace("type: namespace", "type: cluster"))
+    before = rv(installed, slurm_ns)
+    installed.create_namespace(f"{p}-a")
+    scope_binding(installed, emulator, slurm_ns, [f"{p}-*"], scope={"alwaysInclude": [slurm_ns]})
+    installed.wait_condition(slurm_ns, "b", "ScopeSynced", "True", "ClusterScope")
+    installed.create_namespace(f"{p}-b")
+    time.sleep(1.0)
+    assert rv(installed, slurm_ns) == before
+    assert wait_for(lambda: status_scope(installed, slurm_ns).get("type") == "cluster", 5)
+
+
+def test_observe_mode_reports_pending_and_writes_nothing(installed, operator, emulator, slurm_ns, grant_role):
+    p = prefix()
+    make_scheduler(installed, slurm_ns, scope_namespaces=["admin-x"])
+    before = rv(installed, slurm_ns)
+    installed.create_namespace(f"{p}-a")
+    installed.create_namespace(f"{p}-b")
+    scope_binding(installed, emulator, slurm_ns, [f"{p}-*"], mode="Observe", scope={"grantClusterRole": grant_role})
+    cond = installed.wait_condition(slurm_ns, "b", "ScopeSynced", "False", "Pending")
+    assert "2 sandbox namespace(s)" in cond["message"] and "Observe" in cond["message"]
+    st = status_scope(installed, slurm_ns)
+    assert st["missing"] == [f"{p}-a", f"{p}-b"] and st["added"] == []
+    installed.create_namespace(f"{p}-c")
+    wait_for(lambda: "3 sandbox namespace(s)" in installed.condition(slurm_ns, "b", "ScopeSynced")["message"], 10)
+    assert rv(installed, slurm_ns) == before
+    assert ours(installed, slurm_ns) == {}
+
+
+def test_delete_with_restore_removes_only_what_we_added(installed, operator, emulator, slurm_ns, grant_role):
+    p = prefix()
+    make_scheduler(installed, slurm_ns, scope_namespaces=["admin-pre"])
+    installed.create_namespace(f"{p}-a")
+    scope_binding(installed, emulator, slurm_ns, [f"{p}-*"],
+                  scope={"alwaysInclude": [slurm_ns], "grantClusterRole": grant_role})
+    installed.create_namespace(f"{p}-b")
+    wait_listed(installed, slurm_ns, {f"{p}-a", f"{p}-b", slurm_ns, "admin-pre"})
+    wait_for(lambda: {f"{p}-a", f"{p}-b"} <= set(ours(installed, slurm_ns)), 15)
+    installed.custom.delete_namespaced_custom_object("sunksandbox.dev", "v1alpha1", slurm_ns, "sunksandboxbindings", "b")
+
+    def gone():
+        try:
+            installed.binding(slurm_ns, "b")
+            return False
+        except ApiException as exc:
+            return exc.status == 404
+    wait_for(gone, 30)
+    assert sorted(listed(installed, slurm_ns)) == sorted(["admin-pre", slurm_ns])
+    assert ours(installed, slurm_ns) == {}
+
+
+def test_forbidden_cluster_role_is_reported(installed, operator, emulator, slurm_ns):
+    p = prefix()
+    make_scheduler(installed, slurm_ns)
+    installed.create_namespace(f"{p}-a")
+    scope_binding(installed, emulator, slurm_ns, [f"{p}-*"], scope={"grantClusterRole": "cluster-admin"})
+    cond = installed.wait_condition(slurm_ns, "b", "ScopeSynced", "False", "Forbidden")
+    assert "cluster-admin" in cond["message"]
+    assert f"{p}-a" in listed(installed, slurm_ns)  # the list itself was still written
+    assert ours(installed, slurm_ns) == {}
