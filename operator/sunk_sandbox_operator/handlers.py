@@ -35,7 +35,10 @@ async def configure(settings: kopf.OperatorSettings, logger: logging.Logger, **_
     settings.posting.level = logging.WARNING  # events are posted explicitly, not from kopf's log lines
     settings.watching.label_selectors["v1", "pods"] = m.SANDBOX_ID_LABEL  # server-side: sandbox pods only
     settings.watching.server_timeout = 300
-    settings.batching.worker_limit = 64
+    # Per-object workers hold their slot for idle_timeout after an object's last event: with the
+    # 5 s default, 64 slots let only ~13 new pods/s through under churn. Short idle, more slots.
+    settings.queueing.worker_limit = 512
+    settings.queueing.idle_timeout = 0.5
     settings.execution.max_workers = 16
     if CONFIG.metrics_port:
         await metrics.serve(CONFIG.metrics_port)

@@ -131,17 +131,24 @@ class Registry:
             return True
 
     def request_flush(self, state: BindingState) -> None:
-        """Coalesce: one flush at most every `status_min_interval_seconds`."""
+        """Coalesce: one flush at most every `status_min_interval_seconds`.
+
+        A request arriving while a flush is already writing is not lost: the task flushes again.
+        """
+        state.extras["flush_requested"] = True
         if state._flush_task is not None and not state._flush_task.done():
             return
-        delay = max(0.0, state._last_flush + self.config.status_min_interval_seconds - time.monotonic())
 
         async def later() -> None:
-            await asyncio.sleep(delay)
-            try:
-                await self.flush(state)
-            except Exception:
-                log.exception("status flush of %s failed", state.ref)
+            while state.extras.get("flush_requested") and not state.deleted:
+                delay = max(0.0, state._last_flush + self.config.status_min_interval_seconds - time.monotonic())
+                await asyncio.sleep(delay)
+                state.extras["flush_requested"] = False
+                try:
+                    await self.flush(state)
+                except Exception:
+                    log.exception("status flush of %s failed", state.ref)
+                    await asyncio.sleep(self.config.status_min_interval_seconds)
 
         state._flush_task = asyncio.create_task(later())
 

@@ -235,6 +235,13 @@ async def _signalled_sync(registry: Registry, state: BindingState) -> None:
         return
     state.report(part)
     registry.request_flush(state)
+    _retry_later(part, mem)
+
+
+def _retry_later(part: Part, mem: Memory) -> None:
+    """Conflict (someone kept writing) and unclassified errors are transient: try again soon."""
+    if part.reason in ("Conflict", "Error"):
+        asyncio.get_running_loop().call_later(random.uniform(1.0, 2.0), mem.syncer.signal)
 
 
 # ---------------------------------------------------------------- the target
@@ -371,7 +378,9 @@ async def sync(registry: Registry, state: BindingState, discovery) -> Part:
     """One full sync from the binding's reconcile loop (also corrects drift in grants and the roll hash)."""
     mem = memory(registry, state)
     async with mem.lock:
-        return await _sync(registry, state, discovery, mem, periodic=True)
+        part = await _sync(registry, state, discovery, mem, periodic=True)
+    _retry_later(part, mem)
+    return part
 
 
 async def _sync(registry: Registry, state: BindingState, d: Any, mem: Memory, *, periodic: bool) -> Part:
@@ -426,6 +435,8 @@ async def _sync_inner(registry: Registry, state: BindingState, d: Any, mem: Memo
                         "is editing it); nothing was overwritten, retrying at the next change or resync",
                         "scope", _section(state, mem, error=True))
         wrote = True
+        log.info("scope of %s: %s now lists %d namespace(s) (+%d -%d, attempt %d)", state.ref, target.describe(),
+                 len(p.new_list), len(p.diff.added), len(p.diff.removed), attempt + 1)
         final = p.new_list
         mem.added = p.added_by_us
         metrics.SCOPE_WRITES.inc(binding=state.ref)
