@@ -229,7 +229,7 @@ def test_membership_follows_namespaces_and_admin_entries_stay(installed, operato
     installed.create_namespace(unrelated, {label: "false"})
     wait_listed(installed, slurm_ns, {by_glob, by_label})
     # An admin adds an entry by hand after our first write: not ours, so it stays.
-    edit_conf(installed, slurm_ns, lambda t: t.replace('"admin-before"', '"admin-before", "admin-after"'))
+    edit_conf(installed, slurm_ns, lambda t: re.sub(r'\[\s*"?admin-before"?', "[admin-before, admin-after", t))
     assert "admin-after" in listed(installed, slurm_ns)
 
     installed.core.delete_namespace(by_glob)  # stays Terminating: no controller finishes it
