@@ -6,7 +6,6 @@ placement, grace, conditions, status); this module reads, calls them, writes.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 
@@ -34,6 +33,7 @@ def resync_seconds(state: BindingState) -> float:
 
 
 async def startup(registry: Registry) -> None:
+    registry.before_flush = report_placement
     await scope.startup(registry)
 
 
@@ -156,24 +156,9 @@ def on_pod(registry: Registry, event_type: str | None, body: dict) -> None:
         for kind in new_hazards:
             _hazard_event(registry, state, kind, facts.ref)
         scope.on_sandbox_pod(registry, state, body)
-        # The summary is one pass over all the binding's pods (~1 ms per 1,000): compute it once per
-        # status write, when the coalesced flush is due, not once per pod event.
-        if state.extras.get("placement_report_pending"):
-            continue
-        state.extras["placement_report_pending"] = True
-
-        async def report_when_due(state: BindingState = state) -> None:
-            try:
-                due = state._last_flush + registry.config.status_min_interval_seconds - time.monotonic()
-                await asyncio.sleep(max(0.0, due))
-            finally:
-                state.extras["placement_report_pending"] = False
-            if state.deleted or state.spec is None:
-                return
-            report_placement(state)
-            registry.request_flush(state)
-
-        state.extras["placement_report_task"] = asyncio.get_running_loop().create_task(report_when_due())
+        # The placement summary (one pass over the binding's pods) is computed by the coalesced
+        # flush itself (Registry.before_flush), once per status write, not once per pod event.
+        registry.request_flush(state)
     if time.monotonic() - started > 0.5:
         log.warning("slow pod event handling: %.2fs", time.monotonic() - started)
 

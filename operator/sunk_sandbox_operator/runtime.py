@@ -85,6 +85,8 @@ class Registry:
         self.config = config
         self.bindings: dict[Key, BindingState] = {}
         self.event_sink: Callable[[dict, str, str, str], None] = _post_event
+        # Refreshes parts derived from watch caches (placement) right before a coalesced write.
+        self.before_flush: Callable[[BindingState], None] | None = None
 
     def ensure(self, body: dict) -> BindingState:
         meta = body["metadata"]
@@ -145,6 +147,8 @@ class Registry:
                 await asyncio.sleep(delay)
                 state.extras["flush_requested"] = False
                 try:
+                    if self.before_flush is not None and state.spec is not None:
+                        self.before_flush(state)
                     await self.flush(state)
                 except Exception:
                     log.exception("status flush of %s failed", state.ref)

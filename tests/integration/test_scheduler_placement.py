@@ -17,7 +17,7 @@ import pytest
 
 from tests.conftest import wait_for
 from tests.integration.conftest import (binding_spec, create_token_secret, grant_secret_read, make_scheduler,
-                                        new_runner, set_pod_ready)
+                                        new_runner, runner_policy, set_pod_ready)
 
 pytestmark = pytest.mark.integration
 
@@ -134,7 +134,6 @@ def test_sunk7_deployment_args_discovered(installed, operator, emulator, ns):
     assert "tenant-slurm-slurm-scheduler" in cond["message"] and "90 s" in cond["message"]
     # The discovered name is the one the policy routes sandboxes to.
     installed.wait_condition(ns, "b", "PolicySynced", "True")
-    from tests.integration.conftest import runner_policy
     runner = installed.binding(ns, "b")["spec"]["runner"]["id"]
     assert runner_policy(emulator, runner)["base"]["spec"]["schedulerName"] == "tenant-slurm-slurm-scheduler"
     # 90 s kill-wait, 30 s grace: safe.
@@ -449,7 +448,7 @@ def test_pod_churn_causes_bounded_status_patches(installed, operator, emulator, 
     watch.stop()
     events = pods * (1 + updates)
     per_thousand = patches * 1000 / events
-    print(f"\n{events} sandbox pod events ({handled:.0f} delivered to handlers after kopf batching) in "
+    print(f"\n{events} sandbox pod events ({handled:.0f} handled by the operator) in "
           f"{api_done - started:.1f}s of API calls, settled after {churn_seconds:.1f}s: {patches:.0f} status patches "
           f"(API server saw {watch.status_changes} status changes); "
           f"status patches per 1,000 pod events: {per_thousand:.1f}")
