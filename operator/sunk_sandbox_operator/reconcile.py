@@ -148,6 +148,10 @@ async def finalize(registry: Registry, state: BindingState) -> None:
 
 def on_namespace(registry: Registry, event_type: str | None, body: dict) -> None:
     scope.on_namespace(registry, event_type, body)
+    name = (body.get("metadata") or {}).get("name", "")
+    for state in list(registry.bindings.values()):
+        if PODS.refresh_namespace(state, name):  # membership may have changed with its labels
+            registry.request_flush(state)
 
 
 def on_pod(registry: Registry, event_type: str | None, body: dict) -> None:

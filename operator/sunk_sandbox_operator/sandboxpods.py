@@ -38,6 +38,7 @@ def compact(pod: dict) -> dict:
 class PodStore:
     def __init__(self) -> None:
         self.pods: dict[str, dict] = {}  # uid -> compact pod
+        self.by_namespace: dict[str, set[str]] = {}  # namespace -> uids
 
     @staticmethod
     def _belongs(state: BindingState, namespace: str) -> bool:
@@ -79,6 +80,19 @@ class PodStore:
             if self._belongs(state, pod["metadata"]["namespace"]):
                 tracker.apply("ADDED", self._facts(state, pod))
 
+    def refresh_namespace(self, state: BindingState, namespace: str) -> bool:
+        """A namespace's labels changed (or it appeared after its pods): re-judge its pods only."""
+        uids = self.by_namespace.get(namespace)
+        if not uids or state.spec is None:
+            return False
+        tracker = self.tracker(state)
+        belongs = self._belongs(state, namespace)
+        changed = False
+        for uid in uids:
+            facts = self._facts(state, self.pods[uid])
+            changed |= tracker.apply("ADDED" if belongs else "DELETED", facts)
+        return changed
+
     def forget(self, state: BindingState) -> None:
         state.extras.pop("placement_tracker", None)
 
@@ -88,10 +102,13 @@ class PodStore:
         pod = compact(body)
         uid = pod["metadata"]["uid"] or f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
         kind = "DELETED" if event_type == "DELETED" else ("ADDED" if uid not in self.pods else "MODIFIED")
+        ns = pod["metadata"]["namespace"]
         if kind == "DELETED":
             self.pods.pop(uid, None)
+            self.by_namespace.get(ns, set()).discard(uid)
         else:
             self.pods[uid] = pod
+            self.by_namespace.setdefault(ns, set()).add(uid)
         for state in list(registry.bindings.values()):
             if not self._belongs(state, pod["metadata"]["namespace"]):
                 continue
