@@ -19,8 +19,7 @@ except ImportError:  # pragma: no cover - older lupa builds ship a single runtim
     from lupa import LuaRuntime
 
 ROOT = Path(__file__).resolve().parents[2]
-HEALTH_LUA = ROOT / "operator" / "sunk_sandbox_operator" / "argocd" / "health.lua"
-MANIFEST_COPY = ROOT / "manifests" / "argocd" / "health.lua"
+HEALTH_LUA = ROOT / "manifests" / "argocd" / "health.lua"
 COMPONENT = ROOT / "manifests" / "argocd" / "kustomization.yaml"
 ARGOCD_KEY = "resource.customizations.health.sunksandbox.dev_SunkSandboxBinding"
 
@@ -185,13 +184,6 @@ def test_healthy_only_when_ready_true_not_other_conditions():
     ready = condition("Ready", "False", "PolicyRejected", "runner API refused the policy")
     obj = binding(3, full_status(ready))
     assert run_health(copy.deepcopy(obj))["status"] == "Degraded"
-
-
-def test_manifest_copy_is_identical_to_the_source():
-    assert MANIFEST_COPY.read_bytes() == HEALTH_LUA.read_bytes(), (
-        "manifests/argocd/health.lua must be a verbatim copy of "
-        "operator/sunk_sandbox_operator/argocd/health.lua: cp the source over it"
-    )
 
 
 def test_component_ships_the_script_under_the_argocd_key():

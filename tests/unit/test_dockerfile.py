@@ -280,7 +280,6 @@ def test_dockerignore_keeps_local_state_out_but_not_the_sources(builder):
         for source in args[:-1]:
             assert not ignored(source.rstrip("/"), patterns), f"{source} is COPYed but ignored"
     assert not ignored("operator/sunk_sandbox_operator/__init__.py", patterns)
-    assert not ignored("operator/sunk_sandbox_operator/argocd/health.lua", patterns)
 
 
 def test_no_build_tools_anywhere_in_the_final_stage(final):

@@ -21,7 +21,7 @@ from sunk_sandbox_operator import model
 ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = ROOT / "manifests"
 CRDS = ROOT / "crds"
-HEALTH_LUA = ROOT / "operator" / "sunk_sandbox_operator" / "argocd" / "health.lua"
+HEALTH_LUA = ROOT / "manifests" / "argocd" / "health.lua"
 
 OPERATOR_NS = "sunk-sandbox-operator-system"
 SA = "sunk-sandbox-operator"
