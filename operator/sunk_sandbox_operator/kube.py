@@ -131,8 +131,6 @@ async def list_bindings() -> list[dict]:
     return (await _call(custom().list_cluster_custom_object, m.GROUP, m.VERSION, m.PLURAL))["items"]
 
 
-async def get_binding(namespace: str, name: str) -> dict:
-    return await _call(custom().get_namespaced_custom_object, m.GROUP, m.VERSION, namespace, m.PLURAL, name)
 
 
 # ------------------------------------------------------------------ writes
@@ -145,22 +143,12 @@ async def patch_binding_status(namespace: str, name: str, status_patch: dict) ->
     )
 
 
-async def replace_configmap(namespace: str, name: str, body: dict) -> dict:
-    """PUT with the body's resourceVersion: a concurrent edit makes this raise Conflict."""
-    return await _call(core().replace_namespaced_config_map, name, namespace, body)
-
-
-async def patch_deployment(namespace: str, name: str, patch: dict) -> dict:
-    return await _call(apps().patch_namespaced_deployment, name, namespace, patch)
 
 
 async def get_application(namespace: str, name: str) -> dict:
     return await _call(custom().get_namespaced_custom_object, "argoproj.io", "v1alpha1", namespace, "applications", name)
 
 
-async def patch_application(namespace: str, name: str, patch: dict) -> dict:
-    return await _call(
-        custom().patch_namespaced_custom_object, "argoproj.io", "v1alpha1", namespace, "applications", name, patch)
 
 
 async def list_rolebindings(label_selector: str) -> list[dict]:

@@ -116,6 +116,7 @@ class Memory:
     pod_signalled: set[str] = field(default_factory=set)  # namespaces a stuck pod named before the watch did
     next_recheck: float = 0.0                 # a pod in a listed namespace may re-read the target after this
     recheck_handle: asyncio.TimerHandle | None = None
+    failures: int = 0                          # consecutive Conflict/Error syncs (retry backoff)
 
 
 def memory(registry: Registry, state: BindingState) -> Memory:
@@ -239,9 +240,14 @@ async def _signalled_sync(registry: Registry, state: BindingState) -> None:
 
 
 def _retry_later(part: Part, mem: Memory) -> None:
-    """Conflict (someone kept writing) and unclassified errors are transient: try again soon."""
-    if part.reason in ("Conflict", "Error"):
-        asyncio.get_running_loop().call_later(random.uniform(1.0, 2.0), mem.syncer.signal)
+    """Conflict (someone kept writing) and unclassified errors are transient: try again soon
+    (1-2 s, doubling per consecutive failure up to a minute)."""
+    if part.reason not in ("Conflict", "Error"):
+        mem.failures = 0
+        return
+    delay = min(60.0, 2.0 ** mem.failures) * random.uniform(1.0, 2.0)
+    mem.failures += 1
+    asyncio.get_running_loop().call_later(delay, mem.syncer.signal)
 
 
 # ---------------------------------------------------------------- the target
