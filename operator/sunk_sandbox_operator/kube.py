@@ -33,6 +33,10 @@ class Forbidden(Exception):
     pass
 
 
+class Invalid(Exception):
+    """422: the server refused the object (e.g. an immutable ConfigMap)."""
+
+
 def api_client() -> kubernetes.client.ApiClient:
     """One shared client: in-cluster credentials in a pod, else KUBECONFIG."""
     global _api_client
@@ -54,6 +58,8 @@ def _translate(exc: ApiException) -> Exception:
         return Conflict(_reason(exc))
     if exc.status == 403:
         return Forbidden(_reason(exc))
+    if exc.status == 422:
+        return Invalid(_reason(exc))
     return exc
 
 
@@ -169,26 +175,9 @@ async def delete_rolebinding(namespace: str, name: str) -> None:
 # ------------------------------------------------------------------ scope sync
 
 
-class Invalid(Exception):
-    """422: the server refused the object (e.g. an immutable ConfigMap)."""
-
-
-async def _call_any(fn, *args, **kwargs) -> dict:
-    """Like _call, with 422 translated too (writes the scope sync reports as InvalidConfig)."""
-    def run() -> dict:
-        try:
-            return _json(fn(*args, _preload_content=False, **kwargs))
-        except ApiException as exc:
-            if exc.status == 422:
-                raise Invalid(_reason(exc)) from None
-            raise _translate(exc) from None
-
-    return await asyncio.to_thread(run)
-
-
 async def replace_configmap_checked(namespace: str, name: str, body: dict) -> dict:
     """PUT with resourceVersion (409 → Conflict, 422 → Invalid)."""
-    return await _call_any(core().replace_namespaced_config_map, name, namespace, body)
+    return await _call(core().replace_namespaced_config_map, name, namespace, body)
 
 
 async def merge_patch_deployment(namespace: str, name: str, patch: dict) -> dict:
@@ -199,5 +188,5 @@ async def merge_patch_deployment(namespace: str, name: str, patch: dict) -> dict
 
 async def merge_patch_application(namespace: str, name: str, patch: dict) -> dict:
     """JSON merge patch of an Argo CD Application; include metadata.resourceVersion for a precondition."""
-    return await _call_any(custom().patch_namespaced_custom_object, "argoproj.io", "v1alpha1", namespace,
+    return await _call(custom().patch_namespaced_custom_object, "argoproj.io", "v1alpha1", namespace,
                            "applications", name, patch, _content_type="application/merge-patch+json")

@@ -38,11 +38,15 @@ class _Metric:
     def get(self, **labels: str) -> float:
         return self.values.get(self._key(labels), 0.0)
 
+    def _stores(self) -> tuple[dict, ...]:
+        return (self.values,)
+
     def remove_matching(self, **labels: str) -> None:
         with _lock:
-            for key in list(self.values):
-                if all(key[self.labelnames.index(k)] == v for k, v in labels.items() if k in self.labelnames):
-                    del self.values[key]
+            for store in self._stores():
+                for key in list(store):
+                    if all(key[self.labelnames.index(k)] == v for k, v in labels.items() if k in self.labelnames):
+                        del store[key]
 
     def render(self) -> list[str]:
         lines = [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} {self.kind}"]
@@ -75,6 +79,9 @@ class Histogram(_Metric):
         super().__init__(name, help_text, labelnames)
         self.buckets = buckets
         self.series: dict[tuple[str, ...], list[float]] = {}  # bucket counts + [sum, count]
+
+    def _stores(self) -> tuple[dict, ...]:
+        return (self.values, self.series)
 
     def observe(self, value: float, **labels: str) -> None:
         with _lock:

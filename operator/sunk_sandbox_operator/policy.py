@@ -455,6 +455,21 @@ def restore(current: dict | None, owned: Sequence[OwnedPath]) -> dict | None:
     return _release(copy.deepcopy(current), entries)
 
 
+def drifted(current: dict | None, desired: Desired, owned: Iterable[OwnedPath]) -> bool:
+    """Did someone change a field we wrote and still want (not: did the binding's spec change)?"""
+    for entry in owned:
+        want = desired.values.get(entry.path)
+        if want is None or want != entry.value:
+            continue  # no longer desired, or desired differently now: a spec change, not drift
+        try:
+            path = parse_path(entry.path)
+        except PolicyError:
+            continue
+        if _get(current, path) != want:
+            return True
+    return False
+
+
 # ---------------------------------------------------------------- diff
 
 
@@ -501,6 +516,6 @@ def diff(before: dict | None, after: dict | None) -> list[str]:
 
 __all__ = [
     "CREATED", "Desired", "MergeResult", "PolicyError", "ROOT",
-    "annotation_path", "desired_fields", "diff", "format_path", "merge", "parse_path",
+    "annotation_path", "desired_fields", "diff", "drifted", "format_path", "merge", "parse_path",
     "policy_warnings", "restore", "strict_equal", "validate_policy",
 ]

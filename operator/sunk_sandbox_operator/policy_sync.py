@@ -45,14 +45,20 @@ def _api_reason(err: rerr.RunnerAPIError) -> tuple[str, str]:
     return "APIUnavailable", f"the runner API is not answering ({code}); retrying"
 
 
+def _previous(state: BindingState) -> dict:
+    """status.policy as last reported: the part in memory (even if its status write failed), else status."""
+    part = state.parts.get(COND)
+    return (part.data if part is not None and part.data is not None else None) or state.status.get("policy") or {}
+
+
 def _owned(state: BindingState) -> list[m.OwnedPath]:
-    raw = (state.status.get("policy") or {}).get("owned") or []
+    raw = _previous(state).get("owned") or []
     return [m.OwnedPath.model_validate(o) for o in raw]
 
 
 def _section(state: BindingState, **changes: Any) -> dict:
     """status.policy: the previous section with these fields changed."""
-    current = dict(state.status.get("policy") or {})
+    current = dict(_previous(state))
     current.update({k: v for k, v in changes.items()})
     return {k: v for k, v in current.items() if v is not None and v != []}
 
@@ -135,7 +141,7 @@ async def sync(registry: Registry, state: BindingState, scheduler_name: str | No
                     await asyncio.sleep(random.uniform(0.05, 0.2 * (2 ** attempt)))
                     continue
                 raise
-            drift = bool(owned)
+            drift = policy.drifted(runner.policy, desired, owned)
             metrics.POLICY_WRITES.inc(binding=state.ref)
             if drift:
                 metrics.DRIFT_CORRECTIONS.inc(binding=state.ref)

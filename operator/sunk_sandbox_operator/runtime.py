@@ -153,6 +153,9 @@ class Registry:
                 except Exception:
                     log.exception("status flush of %s failed", state.ref)
                     await asyncio.sleep(self.config.status_min_interval_seconds)
+                # Paced by the last attempt, not the last write: composing the placement summary
+                # is one pass over the binding's pods, and most pod events change nothing.
+                state._last_flush = time.monotonic()
 
         state._flush_task = asyncio.create_task(later())
 

@@ -105,7 +105,11 @@ class PodStore:
         ns = pod["metadata"]["namespace"]
         if kind == "DELETED":
             self.pods.pop(uid, None)
-            self.by_namespace.get(ns, set()).discard(uid)
+            uids = self.by_namespace.get(ns)
+            if uids is not None:
+                uids.discard(uid)
+                if not uids:  # sandbox namespaces come and go: drop their empty entries
+                    del self.by_namespace[ns]
         else:
             self.pods[uid] = pod
             self.by_namespace.setdefault(ns, set()).add(uid)

@@ -111,7 +111,8 @@ class Memory:
     added: list[str]
     syncer: Syncer
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    known_list: list[str] | None = None       # the target's list as last read or written
+    known_list: frozenset[str] | None = None  # the target's list as last read or written (a set: looked up per event)
+    cluster: bool = False                     # the target said scope type cluster: every namespace is watched
     grants: set[str] | None = None            # namespaces holding our RoleBinding (None: not listed yet)
     pod_signalled: set[str] = field(default_factory=set)  # namespaces a stuck pod named before the watch did
     next_recheck: float = 0.0                 # a pod in a listed namespace may re-read the target after this
@@ -201,8 +202,8 @@ def on_sandbox_pod(registry: Registry, state: BindingState, body: dict) -> None:
     if not scope_core.namespace_matches(spec.sandbox_namespaces, namespace, info.labels if info else {}):
         return
     mem = memory(registry, state)
-    if mem.known_list is not None and namespace in mem.known_list:
-        # Listed as far as we know; but the target is not watched (someone may have reverted it):
+    if mem.cluster or (mem.known_list is not None and namespace in mem.known_list):
+        # Watched as far as we know; but the target is not watched (someone may have reverted it):
         # re-read it, at most once per POD_RECHECK_SECONDS per binding (later ones are deferred).
         _recheck(mem)
         return
@@ -416,7 +417,8 @@ async def _sync_inner(registry: Registry, state: BindingState, d: Any, mem: Memo
         read, obj = await _read(target)
         if read.error:
             raise _Problem("InvalidConfig", f"{target.describe()}: {read.error}; it was left untouched: fix it by hand")
-        if read.scope_type == "cluster":
+        mem.cluster = read.scope_type == "cluster"
+        if mem.cluster:
             mem.known_list = None
             return Part(COND, "True", "ClusterScope",
                         f"the scheduler watches all namespaces (scope type cluster in {target.describe()}); "
@@ -452,7 +454,7 @@ async def _sync_inner(registry: Registry, state: BindingState, d: Any, mem: Memo
                        + "; ".join(x for x in (f"added {_names(p.diff.added)}" if p.diff.added else "",
                                                f"removed {_names(p.diff.removed)}" if p.diff.removed else "") if x))
         break
-    mem.known_list = list(final)
+    mem.known_list = frozenset(final)
     metrics.SCOPE_NAMESPACES.set(len(set(final)), binding=state.ref)
     count, missing = scope_core.missing_summary(sandbox | always, final, MISSING_LIMIT)
     scope_type = read.scope_type or "namespace"
@@ -680,7 +682,7 @@ async def _restore_target(registry: Registry, state: BindingState, d: Any, mem: 
         except kube.Conflict:
             await asyncio.sleep(random.uniform(0.0, 0.02 * (2 ** attempt)))
             continue
-        mem.added, mem.known_list = [], p.new_list
+        mem.added, mem.known_list = [], frozenset(p.new_list)
         registry.event(state, "Normal", "ScopeRestored", f"{target.describe()}: removed {_names(p.diff.removed)}")
         if target.kind == "ConfigMap" and spec.scope.restart_scheduler:
             await _roll_scheduler(registry, state, d, p.new_list, only_if_present=True)

@@ -27,3 +27,10 @@ def test_condition_gauge_and_forget():
     mx.STATUS_PATCHES.inc(binding="ns/b")
     mx.forget_binding("ns/b")
     assert 'binding="ns/b"' not in mx.render()
+
+
+def test_forget_removes_histogram_series_too():
+    mx.SCOPE_SYNC_LATENCY.observe(0.1, binding="ns/gone")
+    assert 'ssb_scope_sync_latency_seconds_count{binding="ns/gone"} 1' in mx.render()
+    mx.forget_binding("ns/gone")
+    assert 'binding="ns/gone"' not in mx.render()

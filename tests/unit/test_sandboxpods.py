@@ -58,3 +58,4 @@ def test_observe_yields_only_matching_bindings_and_tracks_deletes():
     assert len(store.tracker(state)) == 1
     list(store.observe(registry, "DELETED", _pod("ds-a", "p1")))
     assert len(store.tracker(state)) == 0 and "ds-a-p1" not in store.pods
+    assert "ds-a" not in store.by_namespace  # no empty entry left behind per deleted namespace

@@ -229,3 +229,70 @@ def test_binding_label_and_rolebinding_name_fit() -> None:
     assert len(scope.rolebinding_name(long)) <= 253
     other = SimpleNamespace(namespace="n" * 63, name="b" * 252 + "c")
     assert scope.binding_label(other) != label and scope.rolebinding_name(other) != scope.rolebinding_name(long)
+
+
+def _fake_target(monkeypatch, conf: str) -> list[dict]:
+    """The scheduler ConfigMap held in memory; returns the list of writes."""
+    from sunk_sandbox_operator import kube
+
+    store = {"metadata": {"name": "cm", "namespace": "slurm", "resourceVersion": "1"}, "data": {"scheduler.conf": conf}}
+    written: list[dict] = []
+
+    async def get_configmap(namespace, name):
+        return store
+
+    async def replace_configmap_checked(namespace, name, body):
+        written.append(body)
+        store.update(body)
+        return body
+
+    async def empty(*args, **kwargs):
+        return []
+
+    monkeypatch.setattr(kube, "get_configmap", get_configmap)
+    monkeypatch.setattr(kube, "replace_configmap_checked", replace_configmap_checked)
+    monkeypatch.setattr(kube, "list_deployments", empty)
+    monkeypatch.setattr(kube, "list_rolebindings", empty)
+    return written
+
+
+def test_known_list_is_a_set_after_a_sync(registry, monkeypatch) -> None:
+    """Pod and namespace events look names up in it: a list would cost O(listed namespaces) per event."""
+    reg, state = registry
+    state.extras["discovery"] = SimpleNamespace(name="slurm-scheduler", namespace="slurm", configmap_name="cm",
+                                                service_account="sa")
+    written = _fake_target(monkeypatch, "scheduler:\n  scope:\n    type: namespace\n    namespaces: [slurm]\n")
+    reg.event_sink = lambda *a: None
+
+    async def main():
+        part = await scope.sync(reg, state, state.extras["discovery"])
+        return part, scope.memory(reg, state).known_list
+
+    part, known = run(main())
+    assert part.reason == "Synced" and len(written) == 1
+    assert isinstance(known, (set, frozenset)) and known == {"slurm", "ds-known"}
+
+
+def test_cluster_scope_pod_signals_are_paced(registry, monkeypatch) -> None:
+    """Scope type cluster: stuck pods cannot be a scope problem, so they only re-check, paced."""
+    reg, state = registry
+    state.extras["discovery"] = SimpleNamespace(name="slurm-scheduler", namespace="slurm", configmap_name="cm",
+                                                service_account="sa")
+    written = _fake_target(monkeypatch, "scheduler:\n  scope:\n    type: cluster\n")
+
+    async def main():
+        part = await scope.sync(reg, state, state.extras["discovery"])
+        mem = scope.memory(reg, state)
+        scope.on_sandbox_pod(reg, state, _pod("ds-fresh"))
+        first = _signals(state)
+        mem.syncer.cancel()
+        scope.on_sandbox_pod(reg, state, _pod("ds-fresh"))
+        second = _signals(state)
+        if mem.recheck_handle is not None:
+            mem.recheck_handle.cancel()
+        return part, first, second
+
+    part, first, second = run(main())
+    assert part.reason == "ClusterScope" and written == []
+    assert first == (True, False)    # a windowed re-read, not an urgent one per pod
+    assert second == (False, False)  # and the next one deferred
