@@ -122,7 +122,8 @@ def operator_kubeconfig(installed, tmp_path_factory) -> Path:
         OPERATOR_NS, OPERATOR_SA, tmp_path_factory.mktemp("operator") / "operator.kubeconfig")
 
 
-TEST_ENV = {"SSB_STATUS_MIN_INTERVAL_SECONDS": "1", "SSB_HAZARD_EVENT_INTERVAL_SECONDS": "1"}
+TEST_ENV = {"SSB_STATUS_MIN_INTERVAL_SECONDS": "1", "SSB_HAZARD_EVENT_INTERVAL_SECONDS": "1",
+            "SSB_RESTORE_RETRIES": "3", "SSB_RESTORE_RETRY_DELAY_SECONDS": "1"}
 
 
 @pytest.fixture(scope="session")

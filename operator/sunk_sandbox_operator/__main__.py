@@ -20,9 +20,9 @@ commands:
 
 def _run(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="sunk-sandbox-operator run", description="Run the operator.")
-    parser.add_argument("--standalone", action="store_true", default=True,
-                        help="no kopf peering (one replica, Deployment strategy Recreate)")
-    parser.add_argument("--all-namespaces", "-A", action="store_true", default=True)
+    # Always on (one replica, strategy Recreate, cluster-wide); accepted so manifests can say so.
+    parser.add_argument("--standalone", action="store_true", help="no kopf peering (always)")
+    parser.add_argument("--all-namespaces", "-A", action="store_true", help="watch all namespaces (always)")
     parser.add_argument("--liveness", default=None, help="kopf liveness endpoint, e.g. http://0.0.0.0:8081/healthz")
     parser.add_argument("--metrics-port", type=int, default=int(os.environ.get("SSB_METRICS_PORT", "0")),
                         help="serve Prometheus metrics on this port (0: off)")

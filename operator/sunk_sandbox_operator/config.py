@@ -23,6 +23,10 @@ class Config:
     # Stale-etag retries of one policy write before ConflictRetriesExhausted.
     policy_conflict_retries: int = 5
     metrics_port: int = 0
+    # Deletion with Restore: attempts, and seconds between them, before the binding is released
+    # anyway (with a Warning event) so a permanent error never leaves it Terminating forever.
+    restore_retries: int = 30
+    restore_retry_delay_seconds: float = 10.0
 
 
 def load() -> Config:
@@ -33,4 +37,6 @@ def load() -> Config:
         resync_jitter=_float("SSB_RESYNC_JITTER", 0.1),
         policy_conflict_retries=int(_float("SSB_POLICY_CONFLICT_RETRIES", 5)),
         metrics_port=int(_float("SSB_METRICS_PORT", 0)),
+        restore_retries=int(_float("SSB_RESTORE_RETRIES", 30)),
+        restore_retry_delay_seconds=_float("SSB_RESTORE_RETRY_DELAY_SECONDS", 10.0),
     )

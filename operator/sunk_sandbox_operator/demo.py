@@ -114,7 +114,9 @@ def run(workdir: Path, keep: bool = False) -> int:
                 "jsonpath={.status.conditions[?(@.type=='Established')].status}", check=False).stdout, 30,
                 "the CRD to be established")
             _simulated_sunk(cluster)
-            cluster.kubectl_run("create", "secret", "generic", "coreweave-api", "-n", NS, f"--from-literal=token={token}")
+            # Through stdin, not argv: the token never shows in a process list or an error message.
+            _apply(cluster, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "coreweave-api", "namespace": NS},
+                             "stringData": {"token": token}})
 
             _section("3. operator (as ServiceAccount sunk-sandbox-operator, shipped RBAC)")
             kubeconfig = cluster.service_account_kubeconfig("sunk-sandbox-operator-system", "sunk-sandbox-operator",

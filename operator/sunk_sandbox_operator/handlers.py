@@ -92,14 +92,20 @@ async def _sleep_or_wake(wake: asyncio.Event, stopped: kopf.DaemonStopped, timeo
 
 
 @kopf.on.delete(*BINDINGS, optional=False)
-async def binding_deleted(body: kopf.Body, **_) -> None:
+async def binding_deleted(body: kopf.Body, retry: int, **_) -> None:
     state = REGISTRY.ensure(dict(body))
     metrics.RECONCILES.inc(handler="delete")
     try:
         await reconcile.finalize(REGISTRY, state)
-    except Exception:
+    except Exception as exc:
         metrics.RECONCILE_ERRORS.inc(handler="delete")
-        raise
+        if retry + 1 < CONFIG.restore_retries:
+            raise kopf.TemporaryError(f"restore failed: {exc}", delay=CONFIG.restore_retry_delay_seconds) from None
+        # Give up rather than block the deletion (and its namespace) forever; say what is left.
+        REGISTRY.event(state, "Warning", "RestoreAbandoned",
+                       f"could not put back what the operator changed after {retry + 1} attempts ({exc}); the "
+                       "binding is released: check the runner policy (status.policy.owned) and the scope list by hand")
+        log.warning("restore of %s abandoned after %d attempts: %s", state.ref, retry + 1, exc)
     REGISTRY.forget(state.key)
 
 

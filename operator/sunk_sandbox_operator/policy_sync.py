@@ -178,7 +178,12 @@ async def restore(registry: Registry, state: BindingState) -> None:
         return
     client = _client(state)
     for attempt in range(registry.config.policy_conflict_retries + 1):
-        runner = await client.get_managed_runner(state.spec.runner.id)
+        try:
+            runner = await client.get_managed_runner(state.spec.runner.id)
+        except rerr.NotFound:
+            registry.event(state, "Normal", "RunnerGone", f"runner {state.spec.runner.id} no longer exists: "
+                           "nothing to restore in its policy")
+            return
         restored = policy.restore(runner.policy, owned)
         if policy.strict_equal(restored, runner.policy):
             return

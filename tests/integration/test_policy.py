@@ -236,3 +236,37 @@ def test_younger_binding_on_same_runner_conflicts_and_writes_nothing(installed, 
     assert "older" in ready["message"]
     assert len(writes(emulator, runner)) == n
     assert annotations(runner_policy(emulator, runner))["sunk.coreweave.com/partition"] == "sandboxes"
+
+
+def _deleted(installed, ns: str) -> bool:
+    return not installed.custom.list_namespaced_custom_object(
+        "sunksandbox.dev", "v1alpha1", ns, "sunksandboxbindings")["items"]
+
+
+def test_delete_when_runner_is_gone_is_not_blocked(installed, operator, emulator, binding_ns):
+    runner = new_runner(emulator, {})
+    installed.create_binding(binding_ns, "b", binding_spec(runner, emulator))
+    installed.wait_condition(binding_ns, "b", "PolicySynced", "True")
+    with emulator.state.lock:
+        del emulator.state.runners[runner]
+    installed.custom.delete_namespaced_custom_object("sunksandbox.dev", "v1alpha1", binding_ns,
+                                                     "sunksandboxbindings", "b")
+    wait_for(lambda: _deleted(installed, binding_ns), 15)
+    reasons = {e.reason for e in installed.core.list_namespaced_event(binding_ns).items}
+    assert "RunnerGone" in reasons
+
+
+def test_delete_with_permanent_error_is_released_after_bounded_retries(installed, operator, emulator, binding_ns):
+    """The token Secret is gone: restore cannot run; the binding is released with a Warning, not stuck."""
+    runner = new_runner(emulator, {})
+    installed.create_binding(binding_ns, "b", binding_spec(runner, emulator))
+    installed.wait_condition(binding_ns, "b", "PolicySynced", "True")
+    installed.core.delete_namespaced_secret("coreweave-api", binding_ns)
+    installed.custom.delete_namespaced_custom_object("sunksandbox.dev", "v1alpha1", binding_ns,
+                                                     "sunksandboxbindings", "b")
+    time.sleep(0.5)
+    assert not _deleted(installed, binding_ns)  # retried first (SSB_RESTORE_RETRIES=3, 1 s apart in tests)
+    wait_for(lambda: _deleted(installed, binding_ns), 30)
+    events = [e for e in installed.core.list_namespaced_event(binding_ns).items if e.reason == "RestoreAbandoned"]
+    assert events and events[0].type == "Warning" and "coreweave-api" in events[0].message
+    assert runner_policy(emulator, runner)["base"]["spec"]["schedulerName"] == "slurm-scheduler"  # left, and said
