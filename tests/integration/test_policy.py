@@ -107,8 +107,9 @@ def test_drift_is_corrected_within_one_resync(installed, operator, emulator, bin
     pol["base"]["spec"]["schedulerName"] = "default-scheduler"
     emulator.state.write(runner, pol, who="other-admin")
     wait_for(lambda: runner_policy(emulator, runner)["base"]["spec"]["schedulerName"] == "slurm-scheduler", 6)
-    events = installed.core.list_namespaced_event(binding_ns, field_selector="reason=DriftCorrected").items
-    assert any("schedulerName" in e.message for e in events), [e.message for e in events]
+    # events are posted asynchronously: wait for it
+    wait_for(lambda: any("schedulerName" in e.message for e in installed.core.list_namespaced_event(
+        binding_ns, field_selector="reason=DriftCorrected").items), 10)
 
 
 def test_observe_mode_writes_nothing(installed, operator, emulator, binding_ns):
@@ -252,8 +253,7 @@ def test_delete_when_runner_is_gone_is_not_blocked(installed, operator, emulator
     installed.custom.delete_namespaced_custom_object("sunksandbox.dev", "v1alpha1", binding_ns,
                                                      "sunksandboxbindings", "b")
     wait_for(lambda: _deleted(installed, binding_ns), 15)
-    reasons = {e.reason for e in installed.core.list_namespaced_event(binding_ns).items}
-    assert "RunnerGone" in reasons
+    wait_for(lambda: "RunnerGone" in {e.reason for e in installed.core.list_namespaced_event(binding_ns).items}, 10)
 
 
 def test_delete_with_permanent_error_is_released_after_bounded_retries(installed, operator, emulator, binding_ns):
@@ -267,6 +267,7 @@ def test_delete_with_permanent_error_is_released_after_bounded_retries(installed
     time.sleep(0.5)
     assert not _deleted(installed, binding_ns)  # retried first (SSB_RESTORE_RETRIES=3, 1 s apart in tests)
     wait_for(lambda: _deleted(installed, binding_ns), 30)
-    events = [e for e in installed.core.list_namespaced_event(binding_ns).items if e.reason == "RestoreAbandoned"]
-    assert events and events[0].type == "Warning" and "coreweave-api" in events[0].message
+    events = wait_for(lambda: [e for e in installed.core.list_namespaced_event(binding_ns).items
+                               if e.reason == "RestoreAbandoned"], 10)
+    assert events[0].type == "Warning" and "coreweave-api" in events[0].message
     assert runner_policy(emulator, runner)["base"]["spec"]["schedulerName"] == "slurm-scheduler"  # left, and said

@@ -45,19 +45,19 @@ def _rules(*specs: tuple[str, str, str, tuple[str, ...]]) -> set[tuple]:
 # The ClusterRole, one tuple per (apiGroup, resource, verb, resourceName). Changing this set is
 # a conscious decision: say why in the commit.
 EXPECTED_CLUSTER_RULES = _rules(
-    (model.GROUP, model.PLURAL, "get list watch patch update", ()),
-    (model.GROUP, f"{model.PLURAL}/status", "get patch update", ()),
+    (model.GROUP, model.PLURAL, "get list watch patch", ()),
+    (model.GROUP, f"{model.PLURAL}/status", "patch", ()),
     (model.GROUP, f"{model.PLURAL}/finalizers", "update", ()),
     ("apiextensions.k8s.io", "customresourcedefinitions", "get list watch", ()),
-    ("", "namespaces", "get list watch", ()),
-    ("", "pods", "get list watch", ()),
-    ("", "configmaps", "get list watch update patch", ()),
-    ("apps", "deployments", "get list watch patch", ()),
-    ("rbac.authorization.k8s.io", "rolebindings", "get list watch create update delete", ()),
+    ("", "namespaces", "list watch", ()),
+    ("", "pods", "list watch", ()),
+    ("", "configmaps", "get list update", ()),
+    ("apps", "deployments", "list patch", ()),
+    ("rbac.authorization.k8s.io", "rolebindings", "list create delete", ()),
     ("rbac.authorization.k8s.io", "clusterroles", "bind", ("sunk-scheduler-sandbox",)),
     ("", "events", "create patch", ()),
     ("events.k8s.io", "events", "create patch", ()),
-    ("argoproj.io", "applications", "get list watch patch", ()),
+    ("argoproj.io", "applications", "get patch", ()),
 )
 EXPECTED_SECRET_RULES = _rules(("", "secrets", "get", ()))
 # Granted per namespace by RoleBindings only (manifests/rbac-secrets.yaml).
