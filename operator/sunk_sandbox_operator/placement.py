@@ -337,8 +337,11 @@ class PlacementTracker:
         newest_bad: PodFacts | None = None
         newest_good: PodFacts | None = None
         for f in self._pods.values():
-            if since is not None and (f.created_ts is None or f.created_ts <= since):
-                continue  # predates the policy write: it cannot have the new policy
+            if since is not None and (f.created_ts is None or f.created_ts < since or
+                                      (f.created_ts == since and f.mismatch)):
+                # Predates the policy write. Both times have one-second resolution: a pod of the same
+                # second may predate it, so it counts only as positive evidence (a match).
+                continue
             after += 1
             if f.mismatch:
                 mismatched += 1

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import time
 
-from . import grace, kube, placement, policy_sync, scheduler, scope, selectors
+from . import conflicts, grace, kube, placement, policy_sync, scheduler, scope, selectors
 from . import model as m
 from .runtime import BindingState, Registry
 from .sandboxpods import PodStore
@@ -48,17 +48,7 @@ async def shutdown(registry: Registry) -> None:
 
 async def _conflict(state: BindingState) -> str | None:
     """The older binding on the same runner id, if this one is the younger (it then writes nothing)."""
-    mine = (state.created, state.namespace, state.name)
-    for other in await kube.list_bindings():
-        meta = other["metadata"]
-        if (meta["namespace"], meta["name"]) == state.key or meta.get("deletionTimestamp"):
-            continue
-        if ((other.get("spec") or {}).get("runner") or {}).get("id") != state.spec.runner.id:
-            continue
-        theirs = (meta.get("creationTimestamp", ""), meta["namespace"], meta["name"])
-        if theirs < mine:
-            return f"{meta['namespace']}/{meta['name']}"
-    return None
+    return conflicts.older_owner(state.body, await kube.list_bindings())
 
 
 async def discover(state: BindingState) -> scheduler.Discovery:

@@ -368,3 +368,10 @@ def test_ten_thousand_pods_fast_and_consistent() -> None:
     assert s2.pods_observed == 5_000 and s2.max_grace == 30  # every 300 s pod had an even index
     assert s2.pods_mismatched == sum(1 for i in range(1, 10_000, 2) if i % 7 == 0)
     assert elapsed < 10  # includes deep copies; observe+apply is well under 1 ms a pod
+
+
+def test_pod_of_the_same_second_as_the_policy_write_counts_only_as_a_match() -> None:
+    """Both times have one-second resolution: a same-second pod may predate the write."""
+    assert _verdict([sandbox("same", created=APPLIED)])[:2] == ("True", "Verified")
+    same_bad = sandbox("same-bad", created=APPLIED, spec__schedulerName="default-scheduler")
+    assert _verdict([same_bad])[:2] == ("Unknown", "NoNewSandboxPods")

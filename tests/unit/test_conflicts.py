@@ -1,0 +1,33 @@
+from sunk_sandbox_operator.conflicts import older_owner
+
+
+def b(ns, name, runner, created, deleting=False):
+    meta = {"namespace": ns, "name": name, "creationTimestamp": created}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-11-30T01:00:00Z"
+    return {"metadata": meta, "spec": {"runner": {"id": runner}}}
+
+
+OLD = b("a", "old", "r1", "2026-11-30T00:00:00Z")
+NEW = b("a", "new", "r1", "2026-11-30T00:00:05Z")
+
+
+def test_younger_sees_the_older_owner():
+    assert older_owner(NEW, [OLD, NEW]) == "a/old"
+    assert older_owner(OLD, [OLD, NEW]) is None
+
+
+def test_other_runner_and_self_do_not_conflict():
+    other = b("a", "x", "r2", "2026-11-29T00:00:00Z")
+    assert older_owner(NEW, [NEW, other]) is None
+
+
+def test_same_second_tie_broken_by_namespace_then_name():
+    first = b("a", "p", "r1", "2026-11-30T00:00:00Z")
+    second = b("a", "q", "r1", "2026-11-30T00:00:00Z")
+    assert older_owner(second, [first, second]) == "a/p"
+    assert older_owner(first, [first, second]) is None
+
+
+def test_a_binding_being_deleted_releases_the_runner():
+    assert older_owner(NEW, [b("a", "old", "r1", "2026-11-30T00:00:00Z", deleting=True), NEW]) is None
