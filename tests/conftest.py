@@ -127,7 +127,7 @@ TEST_ENV = {"SSB_STATUS_MIN_INTERVAL_SECONDS": "1", "SSB_HAZARD_EVENT_INTERVAL_S
 
 
 @pytest.fixture(scope="session")
-def operator(operator_kubeconfig, tmp_path_factory):
+def operator(operator_kubeconfig, installed, tmp_path_factory):
     """One operator process for the session, as its own ServiceAccount."""
     from sunk_sandbox_operator.devcluster import OperatorProcess
 
@@ -137,9 +137,13 @@ def operator(operator_kubeconfig, tmp_path_factory):
         yield proc
     finally:
         proc.stop()
-        # Secrets must never reach the logs (tokens are distinctive strings in tests).
-        leaked = [t for t in SECRET_VALUES if t in proc.logs()]
-        assert not leaked, "a secret value appeared in the operator log"
+        # Secrets must never reach logs, events or status (tokens are distinctive strings in tests).
+        events = json.dumps(installed.api.sanitize_for_serialization(installed.core.list_event_for_all_namespaces()))
+        bindings = json.dumps(installed.custom.list_cluster_custom_object("sunksandbox.dev", "v1alpha1",
+                                                                          "sunksandboxbindings"))
+        for where, text in (("operator log", proc.logs()), ("events", events), ("binding status", bindings)):
+            leaked = [t for t in SECRET_VALUES if t in text]
+            assert not leaked, f"a secret value appeared in the {where}"
 
 
 SECRET_VALUES: list[str] = []
