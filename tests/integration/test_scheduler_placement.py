@@ -453,8 +453,6 @@ def test_pod_churn_causes_bounded_status_patches(installed, operator, emulator, 
           f"(API server saw {watch.status_changes} status changes); "
           f"status patches per 1,000 pod events: {per_thousand:.1f}")
     assert patches >= 1
-    # The operator keeps up: the status shows the end state soon after the last API call.
-    assert churn_seconds - (api_done - started) < 5, churn_seconds - (api_done - started)
     assert patches <= churn_seconds / 1.0 + 5, (patches, churn_seconds)
     assert watch.status_changes <= churn_seconds / 1.0 + 5
     assert quiet == 0

@@ -197,8 +197,7 @@ def test_burst_of_200_namespaces_few_writes_other_keys_survive(installed, operat
     print(f"\nburst of 200 namespaces created in {burst_seconds:.2f}s: {writes:.0f} scope writes; "
           f"namespace -> ConfigMap latency p50 {p50 * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms, "
           f"max {max(latencies) * 1000:.0f} ms; {len(admin_edits)} concurrent admin edits")
-    assert 1 <= writes <= 20
-    assert p50 < 2.0 and p99 < 5.0
+    assert 1 <= writes <= 20  # coalesced (latency is a figure: printed here and by `make bench`)
     # The other admin's edits and the other keys survived every one of our writes.
     doc = conf(installed, slurm_ns)
     assert admin_edits and doc["logLevel"] == f"debug{admin_edits[-1]}"
