@@ -132,7 +132,7 @@ def operator(operator_kubeconfig, installed, tmp_path_factory):
     from sunk_sandbox_operator.devcluster import OperatorProcess
 
     proc = OperatorProcess(operator_kubeconfig, tmp_path_factory.mktemp("operator-logs") / "operator.log",
-                           env=TEST_ENV)
+                           env=TEST_ENV, args=("--log-format=json",))  # as the shipped Deployment runs it
     try:
         yield proc
     finally:

@@ -74,6 +74,15 @@ def test_example_binding_becomes_ready_under_shipped_rbac(installed, operator, e
     assert policy["constraints"]["network"]["egress"]["allow"] == ["pypi.org"]
 
 
+def test_operator_logs_are_json_lines(operator):
+    """--log-format=json, as the Deployment runs it: one JSON object per line, for log pipelines."""
+    lines = [line for line in operator.logs().splitlines() if line.strip()]
+    assert lines
+    for line in lines:
+        record = json.loads(line)
+        assert record["message"] is not None and record["severity"] and record["timestamp"]
+
+
 @pytest.mark.parametrize("verb,resource,namespace,allowed", [
     ("get", "secrets", NS, "yes"),
     ("list", "secrets", NS, "no"),
