@@ -80,11 +80,6 @@ def sandbox_namespaces(spec: SandboxNamespaces, namespaces: Iterable[NamespaceIn
     }
 
 
-def desired_list(always_include: Iterable[str], preexisting: Iterable[str] | None, sandbox: Iterable[str]) -> list[str]:
-    """Sorted, deduplicated union of the three sources."""
-    return sorted(set(always_include) | set(preexisting or ()) | set(sandbox))
-
-
 # ---------------------------------------------------------------- reading the list
 
 

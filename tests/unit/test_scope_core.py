@@ -16,7 +16,6 @@ from sunk_sandbox_operator.model import LabelSelector, SandboxNamespaces
 from sunk_sandbox_operator.scope_core import (
     ListRead,
     NamespaceInfo,
-    desired_list,
     diff_lists,
     is_terminating,
     missing_summary,
@@ -102,9 +101,6 @@ def test_sandbox_namespaces_excludes_terminating_and_non_matching() -> None:
     assert got == {"ds-a", "labelled"}
 
 
-def test_desired_list_is_sorted_union() -> None:
-    assert desired_list(["slurm", "b"], ["a", "slurm"], {"c", "b"}) == ["a", "b", "c", "slurm"]
-    assert desired_list([], None, set()) == []
 
 
 # ---------------------------------------------------------------- reading
