@@ -18,8 +18,9 @@ from typing import Any, Sequence
 import yaml
 from pydantic import ValidationError
 
-from .model import KIND, BindingSpec, parse_spec
-from .policy import PolicyError, desired_fields, diff, merge, validate_policy
+from .api.keys import KIND
+from .api.spec import BindingSpec, parse_spec
+from .core.policy import PolicyError, desired_fields, diff, merge, validate_policy
 
 PROG = "sunk-sandbox-operator render-policy"
 # Keys of a GetManagedRunner response (or UpdateManagedRunner body); a bare policy has none.

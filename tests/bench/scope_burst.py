@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from sunk_sandbox_operator import devcluster
-    from sunk_sandbox_operator.runnerapi.emulator import EmulatorState, running_emulator
+    from sunk_sandbox_operator.adapters.runnerapi.emulator import EmulatorState, running_emulator
 
     work = Path(tempfile.mkdtemp(prefix="scope-bench-"))
     cluster = devcluster.temp_cluster()

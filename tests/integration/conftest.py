@@ -18,7 +18,7 @@ SECRET_READER = "sunk-sandbox-operator-secret-reader"
 
 @pytest.fixture(scope="session")
 def emulator() -> Iterator:
-    from sunk_sandbox_operator.runnerapi.emulator import EmulatorState, running_emulator
+    from sunk_sandbox_operator.adapters.runnerapi.emulator import EmulatorState, running_emulator
 
     state = EmulatorState(admin_tokens={ADMIN_TOKEN}, readonly_tokens={READONLY_TOKEN})
     with running_emulator(state) as emu:

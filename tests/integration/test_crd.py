@@ -108,7 +108,7 @@ def test_minimal_binding_gets_defaults(kube, ns):
 
 def test_defaults_agree_with_models(kube, ns):
     """What the API server stores for a minimal binding is what the models would produce."""
-    from sunk_sandbox_operator.model import parse_spec
+    from sunk_sandbox_operator.api import parse_spec
 
     kube.create_binding(ns, "agree", GOOD)
     stored = kube.binding(ns, "agree")["spec"]

@@ -200,7 +200,7 @@ def test_unknown_runner_is_runner_not_found(installed, operator, emulator, bindi
 
 def test_emulator_down_then_recovery(installed, operator, binding_ns):
     from sunk_sandbox_operator.devcluster import free_port
-    from sunk_sandbox_operator.runnerapi.emulator import EmulatorState, EmulatorThread
+    from sunk_sandbox_operator.adapters.runnerapi.emulator import EmulatorState, EmulatorThread
     from tests.integration.conftest import ADMIN_TOKEN
 
     port = free_port()

@@ -20,7 +20,7 @@ import pytest
 import yaml
 from kubernetes.client.rest import ApiException
 
-from sunk_sandbox_operator.scope_core import scope_hash
+from sunk_sandbox_operator.core.scope import scope_hash
 from tests.conftest import wait_for
 from tests.integration.conftest import (binding_spec, create_token_secret, grant_secret_read, make_scheduler,
                                         new_runner)

@@ -1,5 +1,5 @@
-from sunk_sandbox_operator import conditions as c
-from sunk_sandbox_operator import status as st
+from sunk_sandbox_operator.core import conditions as c
+from sunk_sandbox_operator.core import compose as st
 
 T0, T1 = "2026-11-30T00:00:00Z", "2026-11-30T00:05:00Z"
 

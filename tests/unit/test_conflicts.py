@@ -1,4 +1,4 @@
-from sunk_sandbox_operator.conflicts import older_owner
+from sunk_sandbox_operator.core.conflicts import older_owner
 
 
 def b(ns, name, runner, created, deleting=False):

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sunk_sandbox_operator.grace import grace_condition, min_safe_kill_wait, suggested_kill_wait
+from sunk_sandbox_operator.core.grace import grace_condition, min_safe_kill_wait, suggested_kill_wait
 
 
 @pytest.mark.parametrize(

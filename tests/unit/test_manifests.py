@@ -16,7 +16,7 @@ from urllib.parse import urlparse
 import pytest
 import yaml
 
-from sunk_sandbox_operator import model
+from sunk_sandbox_operator import api as model
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = ROOT / "manifests"

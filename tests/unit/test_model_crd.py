@@ -9,8 +9,8 @@ import pytest
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from sunk_sandbox_operator import crdgen
-from sunk_sandbox_operator import model as m
+from sunk_sandbox_operator.api import crd as crdgen
+from sunk_sandbox_operator import api as m
 
 CRD_PATH = Path(__file__).resolve().parents[2] / "crds" / "sunksandboxbindings.yaml"
 

@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kubernetes.utils.quantity import parse_quantity as k8s_parse_quantity
 
-from sunk_sandbox_operator.model import PlacementStatus
-from sunk_sandbox_operator.placement import (
+from sunk_sandbox_operator.api import PlacementStatus
+from sunk_sandbox_operator.core.placement import (
     GPU_REQUESTED,
     GRACE_TOO_LONG,
     GUARANTEED_QOS,

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from sunk_sandbox_operator.model import OwnedPath, parse_spec
-from sunk_sandbox_operator.policy import (
+from sunk_sandbox_operator.api import OwnedPath, parse_spec
+from sunk_sandbox_operator.core.policy import (
     CREATED,
     GRACE_PATH,
     ROOT,

@@ -7,7 +7,7 @@ import copy
 
 from sunk_sandbox_operator import metrics, policy_sync
 from sunk_sandbox_operator.config import Config
-from sunk_sandbox_operator.runnerapi import client as rc
+from sunk_sandbox_operator.adapters.runnerapi import client as rc
 from sunk_sandbox_operator.runtime import Registry
 
 PARTITION = 'base.metadata.annotations["sunk.coreweave.com/partition"]'

@@ -13,8 +13,8 @@ from typing import Any, AsyncIterator, Iterator
 import httpx
 import pytest
 
-from sunk_sandbox_operator.runnerapi import client as client_mod
-from sunk_sandbox_operator.runnerapi.client import (
+from sunk_sandbox_operator.adapters.runnerapi import client as client_mod
+from sunk_sandbox_operator.adapters.runnerapi.client import (
     DEFAULT_LIMITER,
     DeadlineExceeded,
     FailedPrecondition,
@@ -38,7 +38,7 @@ from sunk_sandbox_operator.runnerapi.client import (
     parse_managed_runner,
     parse_retry_after,
 )
-from sunk_sandbox_operator.runnerapi.emulator import EmulatorState, EmulatorThread, running_emulator
+from sunk_sandbox_operator.adapters.runnerapi.emulator import EmulatorState, EmulatorThread, running_emulator
 
 TOKEN = "tok-SECRET-9f8e7d6c5b4a"  # distinctive: searched for in every error text and log
 POLICY = {

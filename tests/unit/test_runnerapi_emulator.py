@@ -13,7 +13,7 @@ from typing import Any, Iterator
 import httpx
 import pytest
 
-from sunk_sandbox_operator.runnerapi.emulator import (
+from sunk_sandbox_operator.adapters.runnerapi.emulator import (
     EmulatorState,
     EmulatorThread,
     _parse_args,
@@ -353,7 +353,7 @@ def test_state_from_args(tmp_path: Any) -> None:
 
 def test_cli_serves_until_sigterm() -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sunk_sandbox_operator.runnerapi.emulator", "--listen", "127.0.0.1:0",
+        [sys.executable, "-m", "sunk_sandbox_operator.adapters.runnerapi.emulator", "--listen", "127.0.0.1:0",
          "--token", "cli-secret-token", "--runner", "r1"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )

@@ -2,7 +2,7 @@
 
 from types import SimpleNamespace
 
-from sunk_sandbox_operator import model as m
+from sunk_sandbox_operator import api as m
 from sunk_sandbox_operator.namespaces import NAMESPACES
 from sunk_sandbox_operator.runtime import BindingState
 from sunk_sandbox_operator.sandboxpods import PodStore, compact

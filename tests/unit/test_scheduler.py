@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sunk_sandbox_operator.model import BindingSpec, SchedulerStatus, parse_spec
-from sunk_sandbox_operator.scheduler import (
+from sunk_sandbox_operator.api import BindingSpec, SchedulerStatus, parse_spec
+from sunk_sandbox_operator.core.scheduler import (
     Discovery,
     discover,
     parse_go_duration,

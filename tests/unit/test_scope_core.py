@@ -12,22 +12,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sunk_sandbox_operator.model import LabelSelector, SandboxNamespaces
-from sunk_sandbox_operator.scope_core import (
-    ListRead,
-    NamespaceInfo,
-    diff_lists,
-    is_terminating,
-    missing_summary,
-    namespace_matches,
-    plan,
-    read_list,
-    read_list_obj,
-    sandbox_namespaces,
-    scope_hash,
-    set_path_patch,
-    write_list,
-)
+from sunk_sandbox_operator.api import LabelSelector, SandboxNamespaces
+from sunk_sandbox_operator.core.scope import NamespaceInfo, diff_lists, is_terminating, missing_summary, namespace_matches, plan, sandbox_namespaces, scope_hash
+from sunk_sandbox_operator.core.scope_doc import ListRead, read_list, read_list_obj, set_path_patch, write_list
 
 P = "scheduler.scope.namespaces"
 

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sunk_sandbox_operator.model import LabelSelector
-from sunk_sandbox_operator.selectors import matches, selector_error, to_label_selector_string
+from sunk_sandbox_operator.api import LabelSelector
+from sunk_sandbox_operator.core.selectors import matches, selector_error, to_label_selector_string
 
 # ------------------------------------------------------------------ examples
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Union
 
-from .model import LabelSelector
+from ..api.spec import LabelSelector
 
 SelectorLike = Union[LabelSelector, Mapping[str, Any]]
 

@@ -7,6 +7,8 @@ The runner policy cannot set the grace period, so the only fix is a longer Slurm
 
 from __future__ import annotations
 
+from ..api.reasons import GracePeriodSafe
+
 # SUNK's margin: grace must be < kill_wait - MARGIN.
 MARGIN_SECONDS = 5
 DEFAULT_GRACE_SECONDS = 30  # Kubernetes' default terminationGracePeriodSeconds
@@ -43,7 +45,7 @@ def grace_condition(expected_grace: int, observed_max_grace: int | None, kill_wa
     if kill_wait is None:
         return (
             "Unknown",
-            "KillWaitUnknown",
+            GracePeriodSafe.KILL_WAIT_UNKNOWN,
             f"sandbox pods use {grace} s{seen}; the scheduler's kill-wait was not found (no --slurm-kill-wait "
             f"argument, no KillWait in a slurm.conf ConfigMap): set spec.scheduler.killWaitSeconds to Slurm's "
             f"KillWait; it must be at least {min_safe_kill_wait(grace)}",
@@ -51,14 +53,14 @@ def grace_condition(expected_grace: int, observed_max_grace: int | None, kill_wa
     if is_safe(grace, kill_wait):
         return (
             "True",
-            "GracePeriodWithinKillWait",
+            GracePeriodSafe.WITHIN_KILL_WAIT,
             f"sandbox pods use {grace} s{seen}; kill-wait is {kill_wait} s; grace stays below kill-wait − {MARGIN_SECONDS} s",
         )
     suggested = suggested_kill_wait(grace)
     usual = "is usual" if grace <= DEFAULT_GRACE_SECONDS else "suggested"
     return (
         "False",
-        "GracePeriodTooLong",
+        GracePeriodSafe.TOO_LONG,
         f"sandbox pods use {grace} s{seen}; kill-wait is {kill_wait} s; set slurmConfig.KillWait to at least "
         f"{min_safe_kill_wait(grace)} — {suggested} {usual} — and keep the scheduler's kill-wait equal",
     )

@@ -14,7 +14,9 @@ import yaml
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from . import model as m
+from . import keys as m
+from .spec import BindingSpec
+from .status import BindingStatus
 
 _SCALARS = {str: "string", int: "integer", bool: "boolean", float: "number"}
 
@@ -113,7 +115,7 @@ def model_schema(cls: type[BaseModel]) -> dict:
 
 
 def _status_schema() -> dict:
-    schema = model_schema(m.BindingStatus)
+    schema = model_schema(BindingStatus)
     conds = schema["properties"]["conditions"]
     conds["x-kubernetes-list-type"] = "map"
     conds["x-kubernetes-list-map-keys"] = ["type"]
@@ -141,7 +143,7 @@ PRINTER_COLUMNS = [
 
 
 def render_crd() -> dict:
-    spec_schema = model_schema(m.BindingSpec)
+    spec_schema = model_schema(BindingSpec)
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",

@@ -31,7 +31,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
-from .model import BindingSpec, OwnedPath
+from ..api.spec import BindingSpec
+from ..api.status import OwnedPath
 
 Path = tuple[str, ...]
 

@@ -8,12 +8,10 @@ from __future__ import annotations
 
 from typing import Iterable, Literal
 
-from .model import CONDITION_TYPES
+from ..api.reasons import CONDITION_TYPES, READY_INPUTS, Common, Ready
 
 Status = Literal["True", "False", "Unknown"]
 
-# Ready summarises these, in this order; the first one not True names Ready's reason.
-READY_INPUTS = ["SchedulerReady", "PolicySynced", "ScopeSynced", "GracePeriodSafe", "PlacementVerified"]
 
 
 def find(conditions: Iterable[dict], ctype: str) -> dict | None:
@@ -65,10 +63,10 @@ def ready(conditions: list[dict]) -> tuple[Status, str, str]:
             if ctype == "PlacementVerified" and status == "Unknown":
                 continue
             if status == wanted:
-                reason = cond.get("reason") if cond else "NotReconciled"
+                reason = cond.get("reason") if cond else Common.NOT_RECONCILED
                 message = f"{ctype}: {cond.get('message')}" if cond and cond.get("message") else f"{ctype} is {status}"
                 return wanted, reason, message
-    return "True", "Ready", "sandboxes of this runner are placed by the SUNK scheduler"
+    return "True", Ready.READY, "sandboxes of this runner are placed by the SUNK scheduler"
 
 
 def with_ready(conditions: list[dict], generation: int | None, now: str) -> list[dict]:
@@ -80,5 +78,5 @@ def initial(generation: int | None, now: str) -> list[dict]:
     """Every condition Unknown/NotReconciled: the resource is alive before anything is known."""
     conds: list[dict] = []
     for ctype in CONDITION_TYPES:
-        conds = set_condition(conds, ctype, "Unknown", "NotReconciled", "not reconciled yet", generation, now)
+        conds = set_condition(conds, ctype, "Unknown", Common.NOT_RECONCILED, "not reconciled yet", generation, now)
     return conds

@@ -17,7 +17,9 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, Literal
 
 from .grace import is_safe
-from .model import ANNOTATION_PREFIX, Mismatch, PlacementStatus
+from ..api.keys import ANNOTATION_PREFIX
+from ..api.reasons import PlacementVerified
+from ..api.status import Mismatch, PlacementStatus
 
 PARTITION_ANNOTATION = ANNOTATION_PREFIX + "partition"
 USER_ID_ANNOTATION = ANNOTATION_PREFIX + "user-id"
@@ -377,14 +379,14 @@ def placement_condition(summary: PlacementSummary, policy_applied_time: str | No
     if summary.pods_observed == 0:
         return (
             "Unknown",
-            "NoSandboxPods",
+            PlacementVerified.NO_SANDBOX_PODS,
             "no sandbox pods seen in the sandbox namespaces yet: create a sandbox on the runner to verify "
             "that it gets the scheduler name and pinned annotations",
         )
     if summary.pods_after_policy == 0:
         return (
             "Unknown",
-            "NoNewSandboxPods",
+            PlacementVerified.NO_NEW_SANDBOX_PODS,
             f"{summary.pods_observed} sandbox pod(s) seen, all created before the policy was written at "
             f"{policy_applied_time}; policy changes apply only to new sandboxes — create one to verify",
         )
@@ -396,7 +398,7 @@ def placement_condition(summary: PlacementSummary, policy_applied_time: str | No
         when = f" after the policy write at {policy_applied_time}" if policy_applied_time else ""
         return (
             "False",
-            "PolicyNotPropagated",
+            PlacementVerified.POLICY_NOT_PROPAGATED,
             f"newest sandbox pod {m.pod} (created {m.time or 'at an unknown time'}{when}) lacks the policy: "
             f"{m.reason}. Policy changes apply only to new sandboxes and take a while to propagate: create "
             "another sandbox and check again; if new pods keep the old values, read the runner policy back "
@@ -404,7 +406,7 @@ def placement_condition(summary: PlacementSummary, policy_applied_time: str | No
         )
     return (
         "True",
-        "Verified",
+        PlacementVerified.VERIFIED,
         f"the newest sandbox pod created after the policy write carries the scheduler name and pinned "
         f"annotations ({summary.pods_after_policy - summary.pods_mismatched} of {summary.pods_after_policy} "
         "such pods match)",

@@ -16,7 +16,7 @@ from typing import Any
 import kubernetes
 from kubernetes.client.rest import ApiException
 
-from . import model as m
+from ..api import keys as m
 
 _api_client: kubernetes.client.ApiClient | None = None
 

@@ -18,7 +18,10 @@ from typing import Any
 
 import yaml
 
-from .model import SCHEDULER_CONFIGMAP_LABEL, BindingSpec, SchedulerStatus
+from ..api.keys import SCHEDULER_CONFIGMAP_LABEL
+from ..api.reasons import SchedulerReady
+from ..api.spec import BindingSpec
+from ..api.status import SchedulerStatus
 from .selectors import to_label_selector_string
 
 SCHEDULER_CONTAINER = "scheduler"
@@ -494,7 +497,7 @@ def scheduler_condition(d: Discovery) -> tuple[str, str, str]:
     if d.pods_found == 0:
         return (
             "False",
-            "SchedulerNotFound",
+            SchedulerReady.SCHEDULER_NOT_FOUND,
             f"no SUNK scheduler pods found (`{kubectl}` returns nothing): enable the scheduler with "
             "`scheduler.enabled: true` in the Slurm Helm values, or fix spec.scheduler.namespace / "
             f"spec.scheduler.podSelector.{notes}",
@@ -502,14 +505,14 @@ def scheduler_condition(d: Discovery) -> tuple[str, str, str]:
     if d.ready_replicas == 0:
         return (
             "False",
-            "SchedulerNotRunning",
+            SchedulerReady.SCHEDULER_NOT_RUNNING,
             f"{d.pods_found} scheduler pod(s) found but none is Ready: check `{kubectl}` and "
             f"`kubectl logs -n {d.namespace}{sel} -c {SCHEDULER_CONTAINER}`.{notes}",
         )
     if not d.name:
         return (
             "False",
-            "NameUnknown",
+            SchedulerReady.NAME_UNKNOWN,
             f"the scheduler runs but its name was not found (no {SCHEDULER_CONF_KEY} ConfigMap labelled "
             f"{SCHEDULER_CONFIGMAP_LABEL[0]}={SCHEDULER_CONFIGMAP_LABEL[1]}, no --scheduler-name argument): "
             f"set spec.scheduler.name.{notes}",
@@ -517,7 +520,7 @@ def scheduler_condition(d: Discovery) -> tuple[str, str, str]:
     kw = f"kill-wait {d.kill_wait_seconds} s ({d.kill_wait_source})" if d.kill_wait_seconds is not None else "kill-wait unknown"
     return (
         "True",
-        "SchedulerFound",
+        SchedulerReady.SCHEDULER_FOUND,
         f"scheduler {d.name!r} ({d.name_source}) has {d.ready_replicas} Ready pod(s) in {d.namespace}; {kw}.{notes}",
     )
 

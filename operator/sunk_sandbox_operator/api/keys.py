@@ -1,0 +1,27 @@
+"""Names the API is made of: group/version/kind, label and annotation keys.
+
+Shared by the models, the core and the shell, so a key is spelled in one place.
+"""
+
+from __future__ import annotations
+
+GROUP = "sunksandbox.dev"
+VERSION = "v1alpha1"
+KIND = "SunkSandboxBinding"
+PLURAL = "sunksandboxbindings"
+SINGULAR = "sunksandboxbinding"
+SHORT_NAMES = ["ssb"]
+CATEGORIES = ["sunk"]
+FINALIZER = f"{GROUP}/finalizer"
+
+ANNOTATION_PREFIX = "sunk.coreweave.com/"
+PARTITION_ANNOTATION = ANNOTATION_PREFIX + "partition"
+SANDBOX_ID_LABEL = "sandbox.coreweave.com/sandbox-id"
+DEFAULT_API_URL = "https://api.coreweave.com"
+DEFAULT_SCHEDULER_POD_LABELS = {"app.kubernetes.io/name": "sunk-scheduler"}
+SCHEDULER_CONFIGMAP_LABEL = ("app.kubernetes.io/component", "scheduler")
+
+# Written by the operator on objects it touches.
+SCOPE_HASH_ANNOTATION = f"{GROUP}/scope-hash"   # scheduler pod template: rolls it when the list changes
+BINDING_LABEL = f"{GROUP}/binding"              # RoleBindings it created, naming the binding
+MANAGED_BY_LABEL = ("app.kubernetes.io/managed-by", "sunk-sandbox-operator")

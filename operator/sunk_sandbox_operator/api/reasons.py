@@ -1,0 +1,132 @@
+"""Condition types and reasons: the one place a reason is named, each with the fix it asks for.
+
+Every reason is a member of the enum of its condition type. Members are `str`s (StrEnum), so
+they go into status and events as plain CamelCase strings, and `fix` is the text of the
+README's "Conditions, reasons and fixes" table (a unit test keeps the two equal). Code that
+decides a condition returns one of these members; nothing else spells a reason.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class ConditionType(StrEnum):
+    READY = "Ready"
+    SCHEDULER_READY = "SchedulerReady"
+    POLICY_SYNCED = "PolicySynced"
+    SCOPE_SYNCED = "ScopeSynced"
+    GRACE_PERIOD_SAFE = "GracePeriodSafe"
+    PLACEMENT_VERIFIED = "PlacementVerified"
+
+
+# Status order, and the inputs of Ready in the order its reason is picked.
+CONDITION_TYPES: list[str] = [t.value for t in ConditionType]
+READY_INPUTS: list[str] = CONDITION_TYPES[1:]
+
+
+class _Reason(StrEnum):
+    """A reason and its fix ("—" when there is nothing to do)."""
+
+    fix: str
+
+    def __new__(cls, value: str, fix: str) -> "_Reason":
+        obj = str.__new__(cls, value)
+        obj._value_ = value
+        obj.fix = fix
+        return obj
+
+
+class Common(_Reason):
+    """Reasons any condition may carry."""
+
+    NOT_RECONCILED = "NotReconciled", "— (transient: the operator has not looked yet)"
+    INVALID_SPEC = "InvalidSpec", "the spec does not validate against the operator's models (a CRD older than the operator?): re-apply crds/"
+    RUNNER_CONFLICT = "RunnerConflict", "an older binding manages the same runner; this one writes nothing: delete one"
+
+
+class Ready(_Reason):
+    READY = "Ready", "—"
+
+
+class SchedulerReady(_Reason):
+    SCHEDULER_FOUND = "SchedulerFound", "—"
+    SCHEDULER_NOT_FOUND = "SchedulerNotFound", (
+        "no pods match `scheduler.podSelector` in the scheduler namespace: set `scheduler.enabled: true` in "
+        "the Slurm Helm values, or fix `spec.scheduler.namespace/podSelector`")
+    SCHEDULER_NOT_RUNNING = "SchedulerNotRunning", (
+        "pods exist, none Ready: `kubectl logs -n tenant-slurm -l app.kubernetes.io/name=sunk-scheduler -c scheduler`")
+    NAME_UNKNOWN = "NameUnknown", "no `scheduler.conf`, no `--scheduler-name`: set `spec.scheduler.name`"
+
+
+class PolicySynced(_Reason):
+    SYNCED = "Synced", "— (a policy change applies to *new* sandboxes only)"
+    DRIFT_CORRECTED = "DriftCorrected", "— (someone changed a field the binding owns; it was put back)"
+    DRIFTED = "Drifted", "Observe mode: the message lists what Enforce would change"
+    CREDENTIALS_MISSING = "CredentialsMissing", (
+        "create the Secret / key named in `runner.tokenSecretRef`, or grant the operator `get` on Secrets in "
+        "that namespace")
+    UNAUTHENTICATED = "Unauthenticated", "the token is invalid or expired: update the Secret"
+    PERMISSION_DENIED = "PermissionDenied", "the token lacks the `sandbox_admin` role"
+    RUNNER_NOT_FOUND = "RunnerNotFound", "wrong `runner.id`"
+    POLICY_REJECTED = "PolicyRejected", (
+        "the API refused the policy (message from the server): usually a forbidden `base` field (affinity, "
+        "securityContext, runtimeClassName, initContainers, terminationGracePeriodSeconds) already in the policy")
+    INVALID_POLICY = "InvalidPolicy", "the current policy is malformed; it was left alone: fix it with `cwic`"
+    CONFLICT_RETRIES_EXHAUSTED = "ConflictRetriesExhausted", (
+        "another writer keeps changing the policy; retried with backoff, nothing overwritten")
+    API_UNAVAILABLE = "APIUnavailable", "the API did not answer; retried with backoff"
+    SCHEDULER_NAME_UNKNOWN = "SchedulerNameUnknown", "see SchedulerReady"
+    INVALID_BINDING = "InvalidBinding", "the binding cannot produce a policy (e.g. a pinned key that is also a client key)"
+
+
+class ScopeSynced(_Reason):
+    SYNCED = "Synced", "—"
+    CLUSTER_SCOPE = "ClusterScope", "— (the scheduler watches every namespace; nothing to do)"
+    PENDING = "Pending", (
+        "namespaces not yet listed (count and first few in the message and `status.scope.missing`); in "
+        "Observe mode, never written")
+    TARGET_NOT_FOUND = "TargetNotFound", "the scheduler ConfigMap / Application does not exist: set `scope.target`"
+    INVALID_CONFIG = "InvalidConfig", (
+        "`scheduler.conf` is not valid YAML or the value is not a list/string: fix it; the operator never "
+        "overwrites it")
+    FORBIDDEN = "Forbidden", "the operator lacks RBAC on the target"
+    CONFLICT = "Conflict", "the target kept changing under concurrent edits; retried with backoff"
+    GRANT_FAILED = "GrantFailed", "a `scope.grantClusterRole` RoleBinding could not be written (message says why)"
+    ERROR = "Error", "transient (Unknown): the sync is retried with backoff"
+    NAMESPACES_NOT_LOADED = "NamespacesNotLoaded", "transient (Unknown): at start-up namespaces are listed first"
+
+
+class GracePeriodSafe(_Reason):
+    WITHIN_KILL_WAIT = "GracePeriodWithinKillWait", "—"
+    TOO_LONG = "GracePeriodTooLong", (
+        "SUNK needs grace < kill-wait − 5 s: set Slurm `slurmConfig.KillWait` (60 for 30 s grace, 330 for "
+        "300 s) and keep the scheduler's kill-wait equal")
+    KILL_WAIT_UNKNOWN = "KillWaitUnknown", "set `spec.scheduler.killWaitSeconds`"
+
+
+class PlacementVerified(_Reason):
+    VERIFIED = "Verified", "the newest sandbox pod carries our scheduler and annotations"
+    NO_SANDBOX_PODS = "NoSandboxPods", "create a sandbox to verify"
+    NO_NEW_SANDBOX_PODS = "NoNewSandboxPods", "create a sandbox to verify (pods created before the policy write prove nothing)"
+    POLICY_NOT_PROPAGATED = "PolicyNotPropagated", (
+        "a pod created after the policy write lacks it: policy changes take a while to propagate; check again "
+        "with a new sandbox")
+
+
+# Condition type → the enum of its own reasons (Common ones apply to every type).
+BY_CONDITION: dict[str, type[_Reason]] = {
+    ConditionType.READY: Ready,
+    ConditionType.SCHEDULER_READY: SchedulerReady,
+    ConditionType.POLICY_SYNCED: PolicySynced,
+    ConditionType.SCOPE_SYNCED: ScopeSynced,
+    ConditionType.GRACE_PERIOD_SAFE: GracePeriodSafe,
+    ConditionType.PLACEMENT_VERIFIED: PlacementVerified,
+}
+
+
+def table() -> list[tuple[str, str, str]]:
+    """(condition, reason, fix) rows, as the README shows them."""
+    rows = [(str(ctype), str(r), r.fix) for ctype, enum in BY_CONDITION.items() if ctype != "Ready" for r in enum]
+    rows += [("any", str(r), r.fix) for r in Common]
+    return rows

@@ -1,0 +1,94 @@
+"""The SunkSandboxBinding status: pydantic models every status section is built through."""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from .spec import _Model
+
+class _Status(_Model):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+
+class Condition(_Status):
+    """A metav1.Condition."""
+
+    type: str = Field(description="Condition type.")
+    status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
+    reason: str = Field(description="CamelCase reason.")
+    message: str = Field(default="", description="What happened and what to do.")
+    observed_generation: Optional[int] = Field(default=None, description="metadata.generation this condition reflects.")
+    last_transition_time: str = Field(description="When status last changed (RFC 3339).")
+
+
+class SchedulerStatus(_Status):
+    """What was found about the scheduler."""
+
+    name: Optional[str] = Field(default=None, description="Resolved scheduler name.")
+    name_source: Optional[str] = Field(default=None, description="Where the name came from: spec, configMap or args.")
+    kill_wait_seconds: Optional[int] = Field(default=None, description="Resolved kill-wait in seconds.")
+    kill_wait_source: Optional[str] = Field(default=None, description="Where kill-wait came from.")
+    ready_replicas: Optional[int] = Field(default=None, description="Scheduler pods that are Ready.")
+
+
+class OwnedPath(_Status):
+    """A policy path the operator set, with what was there before."""
+
+    path: str = Field(description="Dotted path in the policy document.")
+    value: str = Field(description="Value the operator set.")
+    previous: Optional[str] = Field(default=None, description="Value before the operator set it; absent if the key did not exist.")
+
+
+class PolicyStatus(_Status):
+    """The runner policy as last seen and written."""
+
+    etag: Optional[str] = Field(default=None, description="Etag of the policy last read.")
+    last_applied_time: Optional[str] = Field(default=None, description="When the operator last wrote the policy.")
+    last_checked_time: Optional[str] = Field(default=None, description="When the policy was last read and compared.")
+    owned: list[OwnedPath] = Field(default_factory=list, description="Paths the operator owns.")
+    warnings: list[str] = Field(default_factory=list, description="Non-fatal findings about the policy.")
+
+
+class ScopeStatus(_Status):
+    """The scheduler's watched-namespace list."""
+
+    type: Optional[str] = Field(default=None, description="Scope type found: namespace or cluster.")
+    namespace_count: Optional[int] = Field(default=None, description="Namespaces in the list.")
+    missing: list[str] = Field(default_factory=list, description="First few sandbox namespaces not yet in the list.")
+    last_sync_time: Optional[str] = Field(default=None, description="When the list was last written or confirmed.")
+    preexisting: Optional[list[str]] = Field(
+        default=None, description="Entries present before the operator first wrote; never removed by it."
+    )
+    added: list[str] = Field(default_factory=list, description="Namespaces the operator added to the list.")
+
+
+class Mismatch(_Status):
+    """The latest sandbox pod that did not get the policy."""
+
+    pod: str = Field(description="namespace/name of the pod.")
+    reason: str = Field(description="What differs.")
+    time: str = Field(description="When it was seen.")
+
+
+class PlacementStatus(_Status):
+    """What sandbox pods show."""
+
+    pods_observed: int = Field(default=0, description="Sandbox pods seen in the binding's namespaces.")
+    pods_mismatched: int = Field(default=0, description="Pods created after the last policy write that lack it.")
+    last_mismatch: Optional[Mismatch] = Field(default=None, description="Latest mismatching pod.")
+    hazards: dict[str, int] = Field(default_factory=dict, description="Pods per hazard kind (GuaranteedQoS, GPURequested, ...).")
+
+
+class BindingStatus(_Status):
+    """Observed state of a SunkSandboxBinding."""
+
+    observed_generation: Optional[int] = Field(default=None, description="metadata.generation last reconciled.")
+    scheduler: Optional[SchedulerStatus] = Field(default=None, description="The scheduler as found.")
+    policy: Optional[PolicyStatus] = Field(default=None, description="The runner policy.")
+    scope: Optional[ScopeStatus] = Field(default=None, description="The watched-namespace list.")
+    placement: Optional[PlacementStatus] = Field(default=None, description="Sandbox pod observations.")
+    conditions: list[Condition] = Field(default_factory=list, description="Ready, SchedulerReady, PolicySynced, ScopeSynced, GracePeriodSafe, PlacementVerified.")
+
