@@ -1,4 +1,4 @@
-"""Command line: run | runner-api-emulator | render-policy | devcluster | demo | crd."""
+"""Command line: run | runner-api-emulator | render-policy | crd (the local tools live in sunk_sandbox_devtools)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,6 @@ commands:
   run                  run the operator (kopf, cluster-wide)
   runner-api-emulator  serve the CoreWeave runner API emulator (local tests, demos, dry runs)
   render-policy        print the runner policy the operator would write for a binding
-  devcluster           up | down | env | build: a local etcd + kube-apiserver
-  demo                 the whole thing locally: control plane, emulator, operator, example binding
   crd                  print the CustomResourceDefinition rendered from the models
 """
 
@@ -54,20 +52,14 @@ def main(argv: list[str] | None = None) -> int:
     if command == "run":
         return _run(rest)
     if command == "runner-api-emulator":
-        from .runnerapi import emulator
+        from .adapters.runnerapi import emulator
         return emulator.main(rest)
     if command == "render-policy":
         from . import render
         return render.main(rest)
-    if command == "devcluster":
-        from . import devcluster
-        return devcluster.main(rest)
-    if command == "demo":
-        from . import demo
-        return demo.main(rest)
     if command == "crd":
-        from . import crdgen
-        sys.stdout.write(crdgen.render_yaml())
+        from .api import crd
+        sys.stdout.write(crd.render_yaml())
         return 0
     print(f"unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
     return 2

@@ -12,6 +12,10 @@ from .spec import _Model
 class _Status(_Model):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
 
+    def wire_compact(self) -> dict:
+        """wire() without empty lists: for sections that omit what they do not have."""
+        return {k: v for k, v in self.wire().items() if v != []}
+
 
 class Condition(_Status):
     """A metav1.Condition."""

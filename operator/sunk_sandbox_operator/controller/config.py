@@ -22,6 +22,8 @@ class Config:
     resync_jitter: float = 0.1
     # Stale-etag retries of one policy write before ConflictRetriesExhausted.
     policy_conflict_retries: int = 5
+    # Lost resourceVersion races of one scope write before ScopeSynced=False Conflict.
+    scope_conflict_retries: int = 5
     metrics_port: int = 0
     # Deletion with Restore: attempts, and seconds between them, before the binding is released
     # anyway (with a Warning event) so a permanent error never leaves it Terminating forever.
@@ -36,6 +38,7 @@ def load() -> Config:
         hazard_event_interval_seconds=_float("SSB_HAZARD_EVENT_INTERVAL_SECONDS", 60.0),
         resync_jitter=_float("SSB_RESYNC_JITTER", 0.1),
         policy_conflict_retries=int(_float("SSB_POLICY_CONFLICT_RETRIES", 5)),
+        scope_conflict_retries=int(_float("SSB_SCOPE_CONFLICT_RETRIES", 5)),
         metrics_port=int(_float("SSB_METRICS_PORT", 0)),
         restore_retries=int(_float("SSB_RESTORE_RETRIES", 30)),
         restore_retry_delay_seconds=_float("SSB_RESTORE_RETRY_DELAY_SECONDS", 10.0),

@@ -8,13 +8,12 @@ cluster with 10k sandbox pods costs a few MB and a summary is one linear pass.
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from decimal import Decimal, InvalidOperation
-from typing import Any, Literal
+from decimal import Decimal
+from typing import Any, Callable, Literal
 
 from .grace import is_safe
 from ..api.keys import ANNOTATION_PREFIX
@@ -37,47 +36,15 @@ _NO_HAZARDS: frozenset[str] = frozenset()
 
 # ---------------------------------------------------------------- quantities
 
-_QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?\d+)?$")
-_SUFFIX = {
-    "Ki": Decimal(1024), "Mi": Decimal(1024) ** 2, "Gi": Decimal(1024) ** 3,
-    "Ti": Decimal(1024) ** 4, "Pi": Decimal(1024) ** 5, "Ei": Decimal(1024) ** 6,
-    "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1),
-    "k": Decimal("1e3"), "M": Decimal("1e6"), "G": Decimal("1e9"),
-    "T": Decimal("1e12"), "P": Decimal("1e15"), "E": Decimal("1e18"),
-}
+# Quantities are parsed by the caller's parser (the shell passes kubernetes.utils' one, wrapped
+# to reject what apimachinery rejects): `Decimal` out, ValueError on anything invalid.
+QuantityParser = Callable[[Any], Decimal]
 
 
-def parse_quantity(q: Any) -> Decimal:
-    """A Kubernetes resource.Quantity ("500m", "1", "1Gi", "1e3", or a JSON number) as a Decimal.
-
-    Raises ValueError on anything apimachinery would reject.
-    """
-    if isinstance(q, bool):
-        raise ValueError(f"invalid quantity {q!r}")
-    if isinstance(q, int):
-        return Decimal(q)
-    if isinstance(q, float):
-        if q != q or q in (float("inf"), float("-inf")):
-            raise ValueError(f"invalid quantity {q!r}")
-        return Decimal(str(q))
-    if not isinstance(q, str):
-        raise ValueError(f"invalid quantity {q!r}")
-    m = _QUANTITY.match(q.strip())
-    if not m:
-        raise ValueError(f"invalid quantity {q!r}")
-    number, suffix = Decimal(m.group(1)), m.group(2) or ""
+def _quantity_or_none(parse: QuantityParser, q: Any) -> Decimal | None:
     try:
-        if suffix[:1] in ("e", "E"):
-            return number.scaleb(int(suffix[1:]))
-        return number * _SUFFIX[suffix]
-    except (InvalidOperation, OverflowError) as e:
-        raise ValueError(f"invalid quantity {q!r}") from e
-
-
-def _quantity_or_none(q: Any) -> Decimal | None:
-    try:
-        return parse_quantity(q)
-    except ValueError:
+        return parse(q)
+    except (ValueError, ArithmeticError):
         return None
 
 
@@ -136,21 +103,21 @@ def _resources(container: Mapping[str, Any]) -> tuple[Mapping[str, Any], Mapping
     return _mapping(res.get("requests")), _mapping(res.get("limits"))
 
 
-def _container_hazards(containers: list[Any], init_containers: list[Any]) -> set[str]:
+def _container_hazards(containers: list[Any], init_containers: list[Any], parse: QuantityParser) -> set[str]:
     found: set[str] = set()
     for c in init_containers + containers:
         requests, limits = _resources(_mapping(c))
         for res, q in list(requests.items()) + list(limits.items()):
             if "gpu" in str(res).lower():
-                amount = _quantity_or_none(q)
+                amount = _quantity_or_none(parse, q)
                 if amount is None or amount > 0:  # unreadable: assume it asks for a GPU
                     found.add(GPU_REQUESTED)
     for c in containers:
         requests, limits = _resources(_mapping(c))
         # The API server defaults a missing request to the limit; do the same for raw objects.
-        cpu_req = _quantity_or_none(requests.get("cpu", limits.get("cpu")))
-        mem_req = _quantity_or_none(requests.get("memory", limits.get("memory")))
-        cpu_lim = _quantity_or_none(limits.get("cpu"))
+        cpu_req = _quantity_or_none(parse, requests.get("cpu", limits.get("cpu")))
+        mem_req = _quantity_or_none(parse, requests.get("memory", limits.get("memory")))
+        cpu_lim = _quantity_or_none(parse, limits.get("cpu"))
         if not cpu_req or not mem_req:
             found.add(MISSING_REQUESTS)
         if cpu_req is not None and cpu_lim is not None and cpu_req == cpu_lim:
@@ -171,11 +138,12 @@ def observe_pod(
     partition: str | None,
     pinned: Mapping[str, str],
     kill_wait: int | None,
+    quantity: QuantityParser,
 ) -> PodFacts:
     """Facts about one sandbox pod against what the policy should have given it.
 
     `partition` is the expected partition (spec.partition); `pinned` the other pinned
-    annotations by full key. A None `scheduler_name` (not discovered yet) is not compared.
+    annotations by full key; `quantity` parses resource quantities. A None `scheduler_name` (not discovered yet) is not compared.
     """
     if not isinstance(pod, Mapping):
         return PodFacts("", "", "", None, None, None, None, None, DEFAULT_GRACE_SECONDS, None, _NO_HAZARDS,
@@ -209,7 +177,7 @@ def observe_pod(
 
     containers = spec.get("containers") if isinstance(spec.get("containers"), list) else []
     inits = spec.get("initContainers") if isinstance(spec.get("initContainers"), list) else []
-    hazards = _container_hazards(containers, inits)
+    hazards = _container_hazards(containers, inits, quantity)
     for key in (USER_ID_ANNOTATION, GROUP_ID_ANNOTATION):
         value = annotations.get(key)
         if value is not None and not (isinstance(value, str) and value.isascii() and value.isdigit()):

@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
+from ..api.reasons import ScopeSynced as R
 from ..api.spec import SandboxNamespaces
 from . import selectors
 
@@ -133,3 +134,161 @@ def missing_summary(desired_sandbox: Iterable[str], current: Iterable[str], limi
     """How many sandbox namespaces the list lacks, and the first few by name (for status)."""
     missing = sorted(set(desired_sandbox) - set(current))
     return len(missing), missing[: max(limit, 0)]
+
+
+# ---------------------------------------------------------------- deciding a sync
+
+MISSING_LIMIT = 5
+EVENT_NAMES_LIMIT = 10
+
+
+@dataclass(frozen=True)
+class ScopeObservation:
+    """What a sync read: the target's list, the namespaces that belong, and our ledger."""
+
+    target: str                      # human description of the target, for messages
+    values: list[str] | None         # the list as read (None with error or cluster scope)
+    scope_type: str | None
+    error: str | None
+    sandbox: frozenset[str]          # matching, non-terminating namespaces
+    always: tuple[str, ...]
+    preexisting: tuple[str, ...] | None
+    added: tuple[str, ...]
+    observe: bool
+
+
+@dataclass(frozen=True)
+class ListDecision:
+    """The list to write (None: no write), the ledger after it, or a report that ends the sync."""
+
+    write: list[str] | None = None
+    final: list[str] = field(default_factory=list)
+    added: list[str] = field(default_factory=list)
+    preexisting: list[str] | None = None
+    diff: ScopeDiff = field(default_factory=lambda: ScopeDiff([], []))
+    cluster: bool = False
+    error: str | None = None
+
+
+def decide_list(obs: ScopeObservation) -> ListDecision:
+    if obs.error:
+        return ListDecision(error=f"{obs.target}: {obs.error}; it was left untouched: fix it by hand")
+    if obs.scope_type == "cluster":
+        return ListDecision(cluster=True, preexisting=list(obs.preexisting) if obs.preexisting is not None else None,
+                            added=list(obs.added))
+    current = list(obs.values or [])
+    pre = sorted(set(current)) if obs.preexisting is None else list(obs.preexisting)
+    p = plan(current, set(obs.sandbox), obs.always, pre, obs.added)
+    if not p.changed or obs.observe:
+        added = list(obs.added) if obs.observe else p.added_by_us
+        return ListDecision(final=current, added=added, preexisting=pre)
+    return ListDecision(write=p.new_list, final=p.new_list, added=p.added_by_us, preexisting=pre, diff=p.diff)
+
+
+def names(items: list[str], limit: int = EVENT_NAMES_LIMIT) -> str:
+    shown = ", ".join(items[:limit])
+    return shown + (f" (+{len(items) - limit} more)" if len(items) > limit else "")
+
+
+def change_message(target: str, diff: ScopeDiff) -> str:
+    parts = [f"added {names(diff.added)}" if diff.added else "", f"removed {names(diff.removed)}" if diff.removed else ""]
+    return f"{target}: " + "; ".join(x for x in parts if x)
+
+
+@dataclass(frozen=True)
+class ScopeReport:
+    status: str
+    reason: str
+    message: str
+    section: dict
+
+
+def section(prev: dict | None, ledger: ListDecision | None, *, now: str, error: bool = False,
+            scope_type: str | None = None, count: int | None = None, missing: list[str] | None = None,
+            wrote: bool = False) -> dict:
+    """status.scope. lastSyncTime moves when the list was written or what we report changed, not
+    at every confirming resync (a status write per resync would be churn). On error, what was
+    last known about the list is kept."""
+    prev = prev or {}
+    if error:
+        new: dict[str, Any] = {k: prev[k] for k in ("type", "namespaceCount", "missing") if k in prev}
+    else:
+        new = {"type": scope_type} if scope_type else {}
+        if count is not None:
+            new["namespaceCount"] = count
+        new["missing"] = list(missing or [])
+    if ledger is not None:
+        if ledger.preexisting is not None:
+            new["preexisting"] = list(ledger.preexisting)
+        new["added"] = list(ledger.added)
+    else:
+        for key in ("preexisting", "added"):
+            if key in prev:
+                new[key] = prev[key]
+    unchanged = {k: v for k, v in prev.items() if k != "lastSyncTime"} == new
+    if not error and (wrote or not unchanged or not prev.get("lastSyncTime")):
+        new["lastSyncTime"] = now
+    elif prev.get("lastSyncTime"):
+        new["lastSyncTime"] = prev["lastSyncTime"]
+    return new
+
+
+def report(obs: ScopeObservation, d: ListDecision, *, prev: dict | None, now: str, wrote: bool,
+           problem: tuple[str, str] | None = None, notes: list[str] = ()) -> ScopeReport:
+    """ScopeSynced after a sync: a problem (reason, message), Pending, ClusterScope or Synced."""
+    if d.error:
+        return ScopeReport("False", R.INVALID_CONFIG, d.error, section(prev, d, now=now, error=True))
+    if d.cluster:
+        return ScopeReport("True", R.CLUSTER_SCOPE,
+                           f"the scheduler watches all namespaces (scope type cluster in {obs.target}); nothing to "
+                           "write", section(prev, d, now=now, scope_type="cluster", missing=[]))
+    final = set(d.final)
+    count, missing = missing_summary(set(obs.sandbox) | set(obs.always), final, MISSING_LIMIT)
+    sec = section(prev, d, now=now, scope_type=obs.scope_type or "namespace", count=len(final), missing=missing,
+                  wrote=wrote)
+    extra = (" " + " ".join(notes)) if notes else ""
+    if problem is not None:
+        return ScopeReport("False", problem[0], problem[1] + extra, sec)
+    if count:
+        why = "Observe mode: nothing is written" if obs.observe else "not written yet"
+        return ScopeReport("False", R.PENDING,
+                           f"{count} sandbox namespace(s) missing from {obs.target} ({why}): {', '.join(missing)}"
+                           f"{' …' if count > len(missing) else ''}.{extra}", sec)
+    return ScopeReport("True", R.SYNCED,
+                       f"{obs.target} lists {len(final)} namespace(s), every sandbox namespace included.{extra}", sec)
+
+
+# ---------------------------------------------------------------- rolling the scheduler
+
+
+@dataclass(frozen=True)
+class RollDecision:
+    deployment: str | None = None    # patch this Deployment's pod-template hash
+    hash: str | None = None
+    note: str | None = None          # say this in the condition message instead
+
+
+def decide_roll(deployments: list[Mapping[str, Any]], pod_selector: Any, namespace: str, values: Iterable[str],
+                *, wrote: bool, hash_annotation: str) -> RollDecision:
+    """Set the scheduler Deployment's scope hash when it differs. After a sync that wrote nothing,
+    only a hash we set before is corrected (a scheduler we never rolled is left alone)."""
+    found = [dep for dep in deployments
+             if selectors.matches(pod_selector, ((((dep.get("spec") or {}).get("template") or {})
+                                                  .get("metadata") or {}).get("labels")))]
+    if not found:
+        return RollDecision(note=f"No Deployment in {namespace} has pod template labels matching "
+                            "spec.scheduler.podSelector, so the scheduler was not restarted; restart it by hand if "
+                            "it reads its config only at start.")
+    dep = sorted(found, key=lambda x: x["metadata"]["name"])[0]
+    annotations = (((dep.get("spec") or {}).get("template") or {}).get("metadata") or {}).get("annotations") or {}
+    want, have = scope_hash(values), annotations.get(hash_annotation)
+    if have == want or (not wrote and have is None):
+        return RollDecision()
+    return RollDecision(deployment=dep["metadata"]["name"], hash=want)
+
+
+def restore_plan(current: list[str], always_include: Iterable[str], preexisting: Iterable[str] | None,
+                 added: Iterable[str]) -> ScopePlan:
+    """deletionPolicy Restore: our entries leave; alwaysInclude entries still listed stay, never re-added."""
+    keep = [a for a in always_include if a in current]
+    return plan(current, set(), keep, preexisting or (), added)

@@ -223,6 +223,8 @@ def _find(mapping: yaml.MappingNode, key: str) -> tuple[yaml.Node, yaml.Node] | 
 
 
 def _splice(text: str, parts: list[str], new: list[str] | str) -> str:
+    if text.startswith("\ufeff"):  # libyaml's marks do not count a leading BOM: splice after it
+        return text[0] + _splice(text[1:], parts, new)
     nl = "\r\n" if "\r\n" in text else "\n"
     root = yaml.compose(text, Loader=_FastLoader)
 

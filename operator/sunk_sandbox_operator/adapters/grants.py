@@ -1,0 +1,35 @@
+"""RoleBindings of `scope.grantClusterRole`: list ours, create and delete them, a bounded few at a time."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Awaitable
+
+from . import kube as k
+
+CONCURRENCY = 16
+
+
+async def _bounded(coros: list[Awaitable[Any]]) -> list[Any]:
+    sem = asyncio.Semaphore(CONCURRENCY)
+
+    async def one(c: Awaitable[Any]) -> Any:
+        async with sem:
+            return await c
+
+    return await asyncio.gather(*(one(c) for c in coros), return_exceptions=True)
+
+
+async def list_ours(kube: k.Kube, selector: str) -> list[dict]:
+    return await kube.list_rolebindings(selector)
+
+
+async def delete(kube: k.Kube, items: list[tuple[str, str]]) -> list[Exception | None]:
+    results = await _bounded([kube.delete_rolebinding(ns, name) for ns, name in items])
+    return [r if isinstance(r, Exception) else None for r in results]
+
+
+async def create(kube: k.Kube, bodies: list[dict]) -> list[Exception | None]:
+    """One result per body: None when created or already there (409), else the error."""
+    results = await _bounded([kube.create_rolebinding(b["metadata"]["namespace"], b) for b in bodies])
+    return [None if (not isinstance(r, Exception) or isinstance(r, k.Conflict)) else r for r in results]

@@ -1,0 +1,49 @@
+"""Reads of the scheduler's objects (for discovery) and the scheduler roll (a pod-template annotation)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..api.keys import SCOPE_HASH_ANNOTATION
+from ..api.spec import LabelSelector
+from ..core import selectors
+from . import kube as k
+
+
+@dataclass
+class SchedulerObjects:
+    """What discovery reads in the scheduler namespace."""
+
+    namespace: str
+    selector: str                       # the pod selector as a string ("" when not expressible)
+    pods: list[dict] = field(default_factory=list)
+    configmaps: list[dict] = field(default_factory=list)
+    error: str | None = None
+
+
+async def read(kube: k.Kube, namespace: str, pod_selector: LabelSelector) -> SchedulerObjects:
+    selector = selectors.to_label_selector_string(pod_selector)
+    out = SchedulerObjects(namespace, selector or "")
+    try:
+        pods = await kube.list_pods(namespace, selector or None)
+        if selector is None:  # not expressible server-side: filter here
+            pods = [p for p in pods if selectors.matches(pod_selector, p["metadata"].get("labels"))]
+        out.pods = pods
+        out.configmaps = await kube.list_configmaps(namespace)
+    except k.Forbidden as exc:
+        out.error = f"the operator may not read pods/configmaps in {namespace}: {exc}"
+    return out
+
+
+async def list_deployments(kube: k.Kube, namespace: str) -> list[dict]:
+    return await kube.list_deployments(namespace)
+
+
+async def set_scope_hash(kube: k.Kube, namespace: str, deployment: str, value: str) -> bool:
+    """Roll the scheduler by setting its pod-template scope hash. False when the Deployment is gone."""
+    patch = {"spec": {"template": {"metadata": {"annotations": {SCOPE_HASH_ANNOTATION: value}}}}}
+    try:
+        await kube.merge_patch_deployment(namespace, deployment, patch)
+    except k.NotFound:
+        return False
+    return True

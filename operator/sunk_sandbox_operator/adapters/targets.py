@@ -1,0 +1,160 @@
+"""Scope targets: where the scheduler's watched-namespace list lives, behind one small protocol.
+
+A target reads the list (`read` → `TargetRead`: the values, their style, and the object as a
+precondition) and writes a new one with that precondition (`write`: raises `kube.Conflict` when
+the object changed since the read). Every failure the operator can explain is a `TargetProblem`
+carrying the ScopeSynced reason and the fix. A new target kind is one new class here and one
+entry in `KINDS`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ..api.reasons import ScopeSynced
+from ..api.keys import SCHEDULER_CONFIGMAP_LABEL
+from ..api.spec import BindingSpec
+from ..core import scope_doc
+from . import kube as k
+
+
+class TargetProblem(Exception):
+    def __init__(self, reason: ScopeSynced, message: str) -> None:
+        super().__init__(message)
+        self.reason, self.message = reason, message
+
+
+@dataclass(frozen=True)
+class TargetRead:
+    list: scope_doc.ListRead
+    obj: dict                 # the object as read: its resourceVersion is the write precondition
+
+
+class ScopeTarget(Protocol):
+    kind: str                 # the Kubernetes kind written (ConfigMap, Application)
+    can_roll: bool            # writing it needs a scheduler roll to take effect
+
+    def describe(self) -> str: ...
+
+    async def read(self) -> TargetRead: ...
+
+    async def write(self, read: TargetRead, values: list[str]) -> None: ...
+
+
+def _forbidden(what: str, verb: str, exc: Exception) -> TargetProblem:
+    return TargetProblem(ScopeSynced.FORBIDDEN, f"the operator may not {verb} {what}: {exc}")
+
+
+class ConfigMapTarget:
+    """A key of the scheduler's ConfigMap holding a YAML document (SUNK 8 `scheduler.conf`)."""
+
+    kind = "ConfigMap"
+    can_roll = True
+
+    def __init__(self, kube: k.Kube, namespace: str, name: str, key: str, path: str) -> None:
+        self.kube, self.namespace, self.name, self.key, self.path = kube, namespace, name, key, path
+
+    def describe(self) -> str:
+        return f"ConfigMap {self.namespace}/{self.name} key {self.key} at {self.path}"
+
+    async def read(self) -> TargetRead:
+        try:
+            obj = await self.kube.get_configmap(self.namespace, self.name)
+        except k.NotFound:
+            raise TargetProblem(ScopeSynced.TARGET_NOT_FOUND, f"ConfigMap {self.namespace}/{self.name} not found: "
+                                "create it or fix spec.scope.target") from None
+        except k.Forbidden as exc:
+            raise _forbidden(self.describe(), "read", exc) from None
+        data = obj.get("data") or {}
+        if self.key not in data:
+            raise TargetProblem(ScopeSynced.TARGET_NOT_FOUND, f"ConfigMap {self.namespace}/{self.name} has no key "
+                                f"{self.key}: fix spec.scope.target.configMap.key")
+        return TargetRead(scope_doc.read_list(data[self.key], self.path), obj)
+
+    async def write(self, read: TargetRead, values: list[str]) -> None:
+        try:
+            text = scope_doc.write_list(read.obj["data"][self.key], self.path, values, read.list.style)
+        except ValueError as exc:
+            raise TargetProblem(ScopeSynced.INVALID_CONFIG, f"{self.describe()}: {exc}") from None
+        body = {**read.obj, "data": {**read.obj["data"], self.key: text}}
+        try:
+            await self.kube.replace_configmap(self.namespace, self.name, body)
+        except k.Forbidden as exc:
+            raise _forbidden(self.describe(), "write", exc) from None
+        except k.NotFound:
+            raise TargetProblem(ScopeSynced.TARGET_NOT_FOUND, f"{self.describe()} disappeared while being written") from None
+        except k.Invalid as exc:
+            raise TargetProblem(ScopeSynced.INVALID_CONFIG,
+                                f"the API server refused the write to {self.describe()}: {exc}") from None
+
+
+class ApplicationTarget:
+    """Helm values of an Argo CD Application rendering the Slurm chart (`spec.source.helm.valuesObject`)."""
+
+    kind = "Application"
+    can_roll = False  # Argo CD re-renders the chart, and the chart's checksum annotation rolls the scheduler
+
+    def __init__(self, kube: k.Kube, namespace: str, name: str, path: str) -> None:
+        self.kube, self.namespace, self.name, self.path = kube, namespace, name, path
+
+    def describe(self) -> str:
+        return f"Application {self.namespace}/{self.name} at spec.source.helm.valuesObject.{self.path}"
+
+    async def read(self) -> TargetRead:
+        try:
+            obj = await self.kube.get_application(self.namespace, self.name)
+        except k.NotFound:
+            raise TargetProblem(ScopeSynced.TARGET_NOT_FOUND, f"Argo CD Application {self.namespace}/{self.name} not "
+                                "found: create it or fix spec.scope.target") from None
+        except k.Forbidden as exc:
+            raise _forbidden(self.describe(), "read", exc) from None
+        spec = obj.get("spec") or {}
+        source = spec.get("source")
+        if not isinstance(source, dict):
+            if spec.get("sources"):
+                raise TargetProblem(ScopeSynced.INVALID_CONFIG, f"Application {self.namespace}/{self.name} uses "
+                                    "spec.sources (multi-source), which is not supported: point spec.scope.target at a "
+                                    "single-source Application")
+            raise TargetProblem(ScopeSynced.INVALID_CONFIG, f"Application {self.namespace}/{self.name} has no spec.source")
+        helm = source.get("helm") if isinstance(source.get("helm"), dict) else {}
+        return TargetRead(scope_doc.read_list_obj(helm.get("valuesObject"), self.path), obj)
+
+    async def write(self, read: TargetRead, values: list[str]) -> None:
+        patch = {"metadata": {"resourceVersion": read.obj["metadata"]["resourceVersion"]},
+                 "spec": {"source": {"helm": {"valuesObject": scope_doc.set_path_patch(self.path, values,
+                                                                                      read.list.style)}}}}
+        try:
+            await self.kube.merge_patch_application(self.namespace, self.name, patch)
+        except k.Forbidden as exc:
+            raise _forbidden(self.describe(), "write", exc) from None
+        except k.NotFound:
+            raise TargetProblem(ScopeSynced.TARGET_NOT_FOUND, f"{self.describe()} disappeared while being written") from None
+        except k.Invalid as exc:
+            raise TargetProblem(ScopeSynced.INVALID_CONFIG,
+                                f"the API server refused the write to {self.describe()}: {exc}") from None
+
+
+def _configmap(kube: k.Kube, spec: BindingSpec, scheduler_namespace: str, discovered_name: str | None) -> ScopeTarget:
+    t = spec.scope.target.config_map
+    name = t.name or discovered_name
+    if not name:
+        key, value = SCHEDULER_CONFIGMAP_LABEL
+        raise TargetProblem(ScopeSynced.TARGET_NOT_FOUND,
+                            f"no ConfigMap labelled {key}={value} with key {t.key} in {scheduler_namespace}: set "
+                            "spec.scope.target.configMap.name, or use target kind ArgoCDApplication when the list "
+                            "lives in the Slurm chart's Helm values")
+    return ConfigMapTarget(kube, scheduler_namespace, name, t.key, t.path)
+
+
+def _application(kube: k.Kube, spec: BindingSpec, scheduler_namespace: str, discovered_name: str | None) -> ScopeTarget:
+    t = spec.scope.target.application
+    return ApplicationTarget(kube, t.namespace, t.name, t.path)
+
+
+# spec.scope.target.kind → how to build the target.
+KINDS: dict[str, Any] = {"SchedulerConfigMap": _configmap, "ArgoCDApplication": _application}
+
+
+def for_spec(kube: k.Kube, spec: BindingSpec, scheduler_namespace: str, discovered_configmap: str | None) -> ScopeTarget:
+    return KINDS[spec.scope.target.kind](kube, spec, scheduler_namespace, discovered_configmap)

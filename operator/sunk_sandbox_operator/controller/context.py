@@ -1,0 +1,44 @@
+"""The operator context: built once at start-up and handed to every handler through kopf's memo.
+
+It holds what used to be module globals: settings, the Kubernetes client, the caches, the
+binding registry, the event sink, metrics and the clocks. Tests build one with fakes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..adapters import events
+from ..adapters.kube import Kube
+from ..adapters.metrics import Metrics
+from .caches import NamespaceCache, PodCache
+from .config import Config
+from .state import BindingState, Registry
+
+
+def utc_now_iso() -> str:
+    return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+@dataclass
+class Context:
+    config: Config
+    kube: Kube
+    bindings: Registry = field(default_factory=Registry)
+    namespaces: NamespaceCache = field(default_factory=NamespaceCache)
+    pods: PodCache = field(default_factory=PodCache)
+    event_sink: Callable[[dict, str, str, str], None] = events.kopf_sink
+    metrics: Metrics | None = None
+    monotonic: Callable[[], float] = time.monotonic
+    now_iso: Callable[[], str] = utc_now_iso
+
+    def __post_init__(self) -> None:
+        self._post = events.safe(self.event_sink)
+        if self.metrics is None:
+            self.metrics = Metrics(self.bindings.samples)
+
+    def event(self, state: BindingState, kind: str, reason: str, message: str) -> None:
+        self._post(state.body, kind, reason, message)

@@ -1,0 +1,80 @@
+"""Scheduler RBAC for `scope.grantClusterRole`: gather our RoleBindings → plan (core.grants) → write.
+
+The plan is made by `core.grants.plan_grants`; this module lists, creates and deletes, and
+turns failures into a ScopeSynced problem with the fix.
+"""
+
+from __future__ import annotations
+
+from ..adapters import grants as io
+from ..adapters import kube as k
+from ..adapters.targets import TargetProblem
+from ..api.reasons import ScopeSynced
+from ..core import grants as g
+from ..core import scope as sc
+from .context import Context
+from .state import BindingState, ScopeMemory
+
+
+def _want_body(state: BindingState, role: str):
+    d = state.discovery
+    return lambda ns: g.rolebinding(state.namespace, state.name, ns, role, d.service_account, d.namespace)
+
+
+async def sync(ctx: Context, state: BindingState, mem: ScopeMemory, listed: list[str], *, refresh: bool) -> None:
+    """A RoleBinding in every listed (existing, not terminating) namespace; others removed."""
+    role = state.spec.scope.grant_cluster_role
+    if not role and mem.grants == set() and not refresh:
+        return
+    wanted = [ns for ns in listed if (info := ctx.namespaces.get(ns)) is not None and not info.terminating]
+    found = None
+    if refresh or mem.grants is None:
+        if not role and mem.grants == set():
+            return  # nothing granted, nothing to grant: no cluster-wide list at every resync
+        try:
+            found = await io.list_ours(ctx.kube, g.selector(state.namespace, state.name))
+        except k.Forbidden as exc:
+            raise TargetProblem(ScopeSynced.FORBIDDEN, f"the operator may not list RoleBindings: {exc}") from None
+    plan = g.plan_grants(role=role, wanted=wanted, known=mem.grants, found=found,
+                         want_body=_want_body(state, role), name=g.rolebinding_name(state.namespace, state.name))
+    mem.grants = set(plan.have)
+    if plan.empty:
+        return
+    errors: list[str] = []
+    removed: list[str] = []
+    for (ns, _), err in zip(plan.to_delete, await io.delete(ctx.kube, plan.to_delete)):
+        if err is None:
+            mem.grants.discard(ns)
+            removed.append(ns)
+        else:
+            errors.append(f"delete in {ns}: {err}")
+    body = _want_body(state, role)
+    created: list[str] = []
+    forbidden = False
+    for ns, err in zip(plan.to_create, await io.create(ctx.kube, [body(ns) for ns in plan.to_create])):
+        if err is None:
+            mem.grants.add(ns)
+            created.append(ns)
+        else:
+            forbidden = forbidden or isinstance(err, k.Forbidden)
+            errors.append(f"create in {ns}: {err}")
+    if created or removed:
+        parts = [f"created in {sc.names(created)}" if created else "", f"removed from {sc.names(removed)}" if removed else ""]
+        ctx.event(state, "Normal", "ScopeGrantsUpdated", f"RoleBinding {g.rolebinding_name(state.namespace, state.name)} "
+                  f"to ClusterRole {role or '-'}: " + "; ".join(x for x in parts if x))
+    if errors:
+        fix = (f" The operator needs `bind` on ClusterRole {role} (add it to resourceNames in manifests/rbac.yaml)."
+               if forbidden else "")
+        raise TargetProblem(ScopeSynced.FORBIDDEN if forbidden else ScopeSynced.GRANT_FAILED,
+                            f"RoleBindings for the scheduler's ServiceAccount: {len(errors)} failed "
+                            f"({'; '.join(errors[:3])})." + fix)
+
+
+async def remove_all(ctx: Context, state: BindingState, mem: ScopeMemory) -> None:
+    """On deletion with Restore: every RoleBinding labelled with this binding goes."""
+    try:
+        found = await io.list_ours(ctx.kube, g.selector(state.namespace, state.name))
+        await io.delete(ctx.kube, [(rb["metadata"]["namespace"], rb["metadata"]["name"]) for rb in found])
+    except k.Forbidden as exc:
+        ctx.event(state, "Warning", "ScopeNotRestored", f"RoleBindings not removed: {exc}")
+    mem.grants = set()

@@ -1,0 +1,79 @@
+"""The status writer: compose the parts (pure), compare, patch only what changed.
+
+`flush` writes at once (end of a reconcile); `request_flush` coalesces bursts (pod churn) into
+at most one patch per `status_min_interval_seconds`, through the shared Coalescer. One event
+per condition whose status (or, while False, reason) changed.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+from ..adapters import kube as k
+from ..api.reasons import CONDITION_TYPES, Common
+from ..core import compose
+from ..core import conditions as c
+from .coalescer import Coalescer
+from .context import Context
+from .state import BindingState
+
+log = logging.getLogger("sunk_sandbox_operator")
+
+
+def not_reconciled(condition: str) -> compose.Part:
+    return compose.Part(condition, "Unknown", Common.NOT_RECONCILED, "not reconciled yet")
+
+
+async def flush(ctx: Context, state: BindingState) -> bool:
+    """Compose and write the status if it differs from the stored one. True if written."""
+    async with state.flush_lock:
+        if state.deleted:
+            return False
+        parts = [state.parts.get(t) or not_reconciled(t) for t in CONDITION_TYPES if t != "Ready"]
+        new = compose.compose(state.status, parts, state.generation, ctx.now_iso())
+        if compose.without_volatile(new) == compose.without_volatile(state.status):
+            return False
+        patch = compose.merge_patch(state.status, new)
+        if patch is None:
+            return False
+        try:
+            written = await ctx.kube.patch_binding_status(state.namespace, state.name, patch)
+        except k.NotFound:
+            return False
+        old_conditions = state.status.get("conditions") or []
+        state.status = dict(written.get("status") or new)
+        state.counters.status_patches += 1
+        condition_events(ctx, state, old_conditions, state.status.get("conditions") or [])
+        return True
+
+
+def request_flush(ctx: Context, state: BindingState, before: Callable[[BindingState], None] | None = None) -> None:
+    """Coalesced flush; `before` refreshes parts derived from caches (placement) right before it."""
+    if state.deleted:
+        return
+    if state.flusher is None:
+        async def run() -> None:
+            if state.deleted:
+                return
+            if before is not None and state.spec is not None:
+                before(state)
+            await flush(ctx, state)
+
+        state.flusher = Coalescer(run, min_interval=lambda: ctx.config.status_min_interval_seconds,
+                                  clock=ctx.monotonic, name=f"status flush of {state.ref}")
+    state.flusher.signal()
+
+
+def condition_events(ctx: Context, state: BindingState, old: list[dict], new: list[dict]) -> None:
+    """One event per condition whose status flipped, or whose reason changed while False."""
+    for cond in new:
+        if cond["type"] == "Ready" or cond.get("reason") == Common.NOT_RECONCILED:
+            continue
+        before = c.find(old, cond["type"])
+        # True→True reason changes (e.g. DriftCorrected) come with their own explicit event.
+        if before and before.get("status") == cond["status"] and (
+                cond["status"] != "False" or before.get("reason") == cond["reason"]):
+            continue
+        kind = "Warning" if cond["status"] == "False" else "Normal"
+        ctx.event(state, kind, cond["reason"], f"{cond['type']}: {cond.get('message', '')}")

@@ -1,0 +1,147 @@
+"""What to do about the runner policy, given what was read (pure).
+
+`decide` takes the observation (the runner's current policy and etag, what we own, the spec
+and the scheduler name) and returns a `PolicyDecision`: either a policy to write, or the
+condition to report without writing. `written` turns a successful write into its report.
+The controller only gathers, calls these, writes, and reports.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..api.reasons import PolicySynced
+from ..api.spec import BindingSpec
+from ..api.status import OwnedPath, PolicyStatus
+from . import policy
+
+
+@dataclass(frozen=True)
+class PolicyObservation:
+    spec: BindingSpec
+    scheduler_name: str | None
+    policy: Any                      # the runner's current policy (None: never configured)
+    etag: str | None
+    owned: list[OwnedPath]           # what status says we own (paths, our values, previous values)
+
+
+@dataclass(frozen=True)
+class PolicyReport:
+    """The condition and the status.policy fields to change."""
+
+    status: str
+    reason: PolicySynced
+    message: str
+    section: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PolicyDecision:
+    report: PolicyReport | None            # set when nothing is to be written
+    write: Any = None                      # the new policy document, when one is to be written
+    owned: list[OwnedPath] = field(default_factory=list)
+    drift: bool = False                    # the write puts back a field someone changed
+    changes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def _synced_message(scheduler_name: str, desired: policy.Desired, warnings: list[str]) -> str:
+    pinned = len(desired.values) - 1
+    msg = f"policy routes sandboxes to scheduler {scheduler_name!r}" + (
+        f" with {pinned} pinned annotation(s)" if pinned else "")
+    msg += "; applies to new sandboxes only"
+    if warnings:
+        msg += ". Warnings: " + " | ".join(warnings)
+    return msg
+
+
+def no_scheduler_name() -> PolicyReport:
+    return PolicyReport("False", PolicySynced.SCHEDULER_NAME_UNKNOWN,
+                        "the scheduler name is not known yet, so nothing was written: set spec.scheduler.name "
+                        "or fix scheduler discovery (see SchedulerReady)")
+
+
+def desired(spec: BindingSpec, scheduler_name: str) -> policy.Desired | PolicyReport:
+    """The fields the binding wants, or the InvalidBinding report when it cannot want any."""
+    try:
+        return policy.desired_fields(spec, scheduler_name)
+    except policy.PolicyError as exc:
+        return PolicyReport("False", PolicySynced.INVALID_BINDING, str(exc))
+
+
+def decide(obs: PolicyObservation, now: str) -> PolicyDecision:
+    """Write, or report. `now` stamps lastCheckedTime."""
+    if not obs.scheduler_name:
+        return PolicyDecision(no_scheduler_name())
+    want = desired(obs.spec, obs.scheduler_name)
+    if isinstance(want, PolicyReport):
+        return PolicyDecision(want)
+    try:
+        policy.validate_policy(obs.policy)
+    except policy.PolicyError as exc:
+        return PolicyDecision(PolicyReport("False", PolicySynced.INVALID_POLICY,
+                                           f"the runner's current policy is malformed, so it was left alone: {exc}",
+                                           {"etag": obs.etag}))
+    result = policy.merge(obs.policy, want, obs.owned, obs.spec.client_annotations)
+    if not result.changed:
+        return PolicyDecision(PolicyReport(
+            "True", PolicySynced.SYNCED, _synced_message(obs.scheduler_name, want, result.warnings),
+            {"etag": obs.etag, "lastCheckedTime": now, "warnings": result.warnings,
+             "owned": [o.wire() for o in result.owned]}))
+    changes = policy.diff(obs.policy, result.policy)
+    if obs.spec.mode == "Observe":
+        return PolicyDecision(PolicyReport(
+            "False", PolicySynced.DRIFTED,
+            "Observe mode, nothing written; the operator would change: " + "; ".join(changes[:8]),
+            {"etag": obs.etag, "lastCheckedTime": now, "warnings": result.warnings}))
+    return PolicyDecision(None, write=result.policy, owned=result.owned,
+                          drift=policy.drifted(obs.policy, want, obs.owned), changes=changes,
+                          warnings=result.warnings)
+
+
+def written(obs: PolicyObservation, decision: PolicyDecision, new_etag: str | None, now: str) -> PolicyReport:
+    """The report after `decision.write` was accepted by the API."""
+    want = desired(obs.spec, obs.scheduler_name or "")
+    assert not isinstance(want, PolicyReport)
+    reason = PolicySynced.DRIFT_CORRECTED if decision.drift else PolicySynced.SYNCED
+    return PolicyReport("True", reason, _synced_message(obs.scheduler_name or "", want, decision.warnings),
+                        {"etag": new_etag, "lastAppliedTime": now, "lastCheckedTime": now,
+                         "warnings": decision.warnings, "owned": [o.wire() for o in decision.owned]})
+
+
+def api_error(code: str, message: str) -> PolicyReport:
+    """The condition for a runner API error, by Connect code, with the fix."""
+    if code == "unauthenticated":
+        return PolicyReport("False", PolicySynced.UNAUTHENTICATED,
+                            "the API token was refused: put a valid CoreWeave API token in the Secret")
+    if code == "permission_denied":
+        return PolicyReport("False", PolicySynced.PERMISSION_DENIED,
+                            "the token lacks the sandbox_admin role: grant it, or use a token that has it")
+    if code == "not_found":
+        return PolicyReport("False", PolicySynced.RUNNER_NOT_FOUND,
+                            "no runner with spec.runner.id: check the id (`cwic runner list`)")
+    if code in ("invalid_argument", "out_of_range"):
+        return PolicyReport("False", PolicySynced.POLICY_REJECTED, f"the API rejected the policy: {message}")
+    if code == "unimplemented":
+        return PolicyReport("False", PolicySynced.API_UNAVAILABLE,
+                            "the API answered 'unimplemented' (wrong path?): check spec.runner.apiURL")
+    return PolicyReport("False", PolicySynced.API_UNAVAILABLE, f"the runner API is not answering ({code}); retrying")
+
+
+def conflict_exhausted(attempts: int) -> PolicyReport:
+    return PolicyReport("False", PolicySynced.CONFLICT_RETRIES_EXHAUSTED,
+                        f"the policy changed under us {attempts} times in a row (another admin is writing); "
+                        "nothing was overwritten, retrying with backoff")
+
+
+def section(previous: dict | None, changes: dict[str, Any]) -> dict:
+    """status.policy: the previous section with these fields changed, built through the model."""
+    merged = {**(previous or {}), **changes}
+    model = PolicyStatus.model_validate({k: v for k, v in merged.items() if v is not None})
+    return model.wire_compact()
+
+
+# Failures worth retrying soon (with backoff), rather than at the next resync.
+TRANSIENT = frozenset({PolicySynced.API_UNAVAILABLE, PolicySynced.CONFLICT_RETRIES_EXHAUSTED,
+                       PolicySynced.CREDENTIALS_MISSING})
