@@ -12,22 +12,17 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from sunk_sandbox_operator.api import OwnedPath, parse_spec
-from sunk_sandbox_operator.core.policy import (
+from sunk_sandbox_operator.core.policy import Desired, desired_fields, diff, merge, restore
+from sunk_sandbox_operator.core.policy_checks import policy_warnings, validate_policy
+from sunk_sandbox_operator.core.policy_paths import (
     CREATED,
     GRACE_PATH,
     ROOT,
-    Desired,
     PolicyError,
     annotation_path,
-    desired_fields,
-    diff,
     format_path,
-    merge,
     parse_path,
-    policy_warnings,
-    restore,
     strict_equal,
-    validate_policy,
 )
 
 FIXTURES = FsPath(__file__).parent / "fixtures" / "policies"

@@ -12,15 +12,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sunk_sandbox_operator.api import BindingSpec, SchedulerStatus, parse_spec
-from sunk_sandbox_operator.core.scheduler import (
-    Discovery,
-    discover,
+from sunk_sandbox_operator.core.scheduler_conf import (
     parse_go_duration,
     parse_scheduler_args,
     parse_scheduler_conf,
     parse_slurm_kill_wait,
-    scheduler_condition,
     slurm_kill_wait,
+)
+from sunk_sandbox_operator.core.scheduler import (
+    Discovery,
+    discover,
+    scheduler_condition,
     to_status,
 )
 

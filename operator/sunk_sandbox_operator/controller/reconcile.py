@@ -14,7 +14,7 @@ from ..api.reasons import CONDITION_TYPES, Common
 from ..core import conflicts, scheduler
 from ..core.compose import Part
 from ..core.policy_decide import TRANSIENT
-from ..core.scheduler import parse_go_duration
+from ..core.scheduler_conf import parse_go_duration
 from . import placement, policy, scope
 from .context import Context
 from .retry import FAILURE_BACKOFF

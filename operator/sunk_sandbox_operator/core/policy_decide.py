@@ -15,6 +15,8 @@ from ..api.reasons import PolicySynced
 from ..api.spec import BindingSpec
 from ..api.status import OwnedPath, PolicyStatus
 from . import policy
+from .policy_checks import validate_policy
+from .policy_paths import PolicyError
 
 
 @dataclass(frozen=True)
@@ -66,7 +68,7 @@ def desired(spec: BindingSpec, scheduler_name: str) -> policy.Desired | PolicyRe
     """The fields the binding wants, or the InvalidBinding report when it cannot want any."""
     try:
         return policy.desired_fields(spec, scheduler_name)
-    except policy.PolicyError as exc:
+    except PolicyError as exc:
         return PolicyReport("False", PolicySynced.INVALID_BINDING, str(exc))
 
 
@@ -78,8 +80,8 @@ def decide(obs: PolicyObservation, now: str) -> PolicyDecision:
     if isinstance(want, PolicyReport):
         return PolicyDecision(want)
     try:
-        policy.validate_policy(obs.policy)
-    except policy.PolicyError as exc:
+        validate_policy(obs.policy)
+    except PolicyError as exc:
         return PolicyDecision(PolicyReport("False", PolicySynced.INVALID_POLICY,
                                            f"the runner's current policy is malformed, so it was left alone: {exc}",
                                            {"etag": obs.etag}))

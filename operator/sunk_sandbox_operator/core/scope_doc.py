@@ -14,7 +14,6 @@ keeps key order and values but drops comments. Malformed input is never rewritte
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass

@@ -1,0 +1,285 @@
+"""The runner API emulator's contract and state, with no server around them.
+
+Etag concurrency, the forbidden `base` fields, `policy: null` for a runner never configured,
+the write and call logs, and the knobs (latency, error rates, scripted failures, a concurrent
+"other admin"). `emulator.py` serves this over HTTP.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+import secrets
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from .errors import CODE_TO_HTTP
+
+SERVICE = "coreweave.sandbox.v1.RunnerManagementService"
+OTHER_ADMIN_COUNTER = "otherAdminEdits"
+
+# Fields the policy may not set in `base`, as paths under `base` (both pod-spec spellings).
+_FORBIDDEN_IN_BASE: tuple[tuple[str, ...], ...] = tuple(
+    path
+    for name in ("affinity", "securityContext", "runtimeClassName", "initContainers", "terminationGracePeriodSeconds")
+    for path in (("spec", name), (name,))
+)
+_SNAKE = {
+    "securityContext": "security_context",
+    "runtimeClassName": "runtime_class_name",
+    "initContainers": "init_containers",
+    "terminationGracePeriodSeconds": "termination_grace_period_seconds",
+}
+
+
+# ---------------------------------------------------------------- pure core
+
+
+class ApiError(Exception):
+    """An error answer of the emulated service."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+def _get(obj: Mapping[str, Any], *keys: str) -> Any:
+    """The first of `keys` present in `obj` (the envelope accepts camelCase or snake_case)."""
+    for key in keys:
+        if key in obj:
+            return obj[key]
+    return None
+
+
+def _spellings(name: str) -> tuple[str, ...]:
+    return (name, _SNAKE[name]) if name in _SNAKE else (name,)
+
+
+def forbidden_fields(policy: Any) -> list[str]:
+    """Paths of forbidden fields set in `policy.base`, e.g. `base.spec.securityContext`."""
+    if not isinstance(policy, Mapping):
+        return []
+    base = policy.get("base")
+    if not isinstance(base, Mapping):
+        return []
+    found: list[str] = []
+    for path in _FORBIDDEN_IN_BASE:
+        parent: Any = base
+        for part in path[:-1]:
+            parent = parent.get(part) if isinstance(parent, Mapping) else None
+        if not isinstance(parent, Mapping):
+            continue
+        for spelling in _spellings(path[-1]):
+            if spelling in parent:
+                found.append(".".join(("base", *path[:-1], spelling)))
+    spec = base.get("spec")
+    containers = spec.get("containers") if isinstance(spec, Mapping) else None
+    if isinstance(containers, list):
+        for i, container in enumerate(containers):
+            if isinstance(container, Mapping):
+                for spelling in _spellings("securityContext"):
+                    if spelling in container:
+                        found.append(f"base.spec.containers[{i}].{spelling}")
+    return found
+
+
+def validate_update(body: Any) -> tuple[str, Any, dict | None, str]:
+    """Check an UpdateManagedRunner request; return (runner_id, identity, policy, etag)."""
+    if not isinstance(body, Mapping):
+        raise ApiError("invalid_argument", "request body must be a JSON object")
+    runner_id = _get(body, "runnerId", "runner_id")
+    if not isinstance(runner_id, str) or not runner_id:
+        raise ApiError("invalid_argument", "runnerId is required")
+    mask = _get(body, "updateMask", "update_mask")
+    # Connect JSON renders a FieldMask as a comma-separated string; accept {"paths": [...]} too.
+    paths = mask.get("paths") if isinstance(mask, Mapping) else mask.split(",") if isinstance(mask, str) else None
+    if not paths or [p.strip() for p in paths] != ["policy"]:
+        raise ApiError("invalid_argument", f"updateMask must be \"policy\", got {mask!r}")
+    managed = _get(body, "managedRunner", "managed_runner")
+    if not isinstance(managed, Mapping):
+        raise ApiError("invalid_argument", "managedRunner is required")
+    etag = managed.get("etag")
+    if not isinstance(etag, str) or not etag:
+        raise ApiError("invalid_argument", "etag is required")
+    policy = managed.get("policy")
+    if policy is not None and not isinstance(policy, dict):
+        raise ApiError("invalid_argument", "policy must be an object or null")
+    if isinstance(policy, dict) and "base" in policy and not isinstance(policy["base"], Mapping):
+        raise ApiError("invalid_argument", "policy.base must be an object")
+    bad = forbidden_fields(policy)
+    if bad:
+        raise ApiError("invalid_argument", f"policy.{bad[0]} is not allowed in a runner policy")
+    return runner_id, managed.get("identity"), policy, etag
+
+
+def other_admin_edit(policy: dict | None) -> dict:
+    """The other admin's edit: bump a counter under constraints.network.egress (kept by merges)."""
+    out = copy.deepcopy(policy) if policy is not None else {}
+    egress = out.setdefault("constraints", {}).setdefault("network", {}).setdefault("egress", {})
+    egress[OTHER_ADMIN_COUNTER] = int(egress.get(OTHER_ADMIN_COUNTER, 0)) + 1
+    return out
+
+
+def new_etag(generation: int) -> str:
+    return f"{generation}-{secrets.token_hex(4)}"
+
+
+# ---------------------------------------------------------------- state
+
+
+@dataclass
+class EmulatorState:
+    """Everything the emulator knows. Shared with the test/demo thread: mutate under `lock`."""
+
+    runners: dict[str, dict[str, Any]] = field(default_factory=dict)
+    admin_tokens: set[str] = field(default_factory=set, repr=False)  # secrets: kept out of reprs
+    readonly_tokens: set[str] = field(default_factory=set, repr=False)
+    write_log: list[dict[str, Any]] = field(default_factory=list)
+    call_log: list[dict[str, Any]] = field(default_factory=list)
+    # knobs
+    latency_seconds: float = 0.0
+    error_rates: dict[str, float] = field(default_factory=dict)
+    fail_next: list[str] = field(default_factory=list)  # scripted errors, one per call, in order
+    retry_after_seconds: float | None = None  # sent with injected retryable errors
+    other_admin: bool = False
+    wrap_responses: bool = False
+    seed: int | None = None
+    lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
+    _generation: int = 0
+    _read_since_write: set[str] = field(default_factory=set, repr=False)
+    _struck: set[str] = field(default_factory=set, repr=False)
+    _rng: random.Random = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._rng = random.Random(self.seed)
+        for runner_id, runner in list(self.runners.items()):
+            self.runners[runner_id] = self._normalise(runner_id, runner)
+
+    def _normalise(self, runner_id: str, runner: Mapping[str, Any]) -> dict[str, Any]:
+        etag = runner.get("etag") or self._next_etag()
+        return {
+            "identity": runner.get("identity") or default_identity(runner_id),
+            "policy": copy.deepcopy(runner.get("policy")),
+            "etag": etag,
+        }
+
+    def _next_etag(self) -> str:
+        self._generation += 1
+        return new_etag(self._generation)
+
+    def add_runner(self, runner_id: str, policy: dict | None = None, identity: Any = None) -> None:
+        """Register a runner without logging a write (setup)."""
+        with self.lock:
+            self.runners[runner_id] = self._normalise(runner_id, {"policy": policy, "identity": identity})
+
+    def write(self, runner_id: str, policy: dict | None, who: str, identity: Any = None) -> dict[str, Any]:
+        """Store a policy with a new etag and log it. Creates the runner if unknown."""
+        with self.lock:
+            before = self.runners.get(runner_id)
+            if before is None:
+                before = self.runners[runner_id] = self._normalise(runner_id, {"identity": identity})
+            etag_before = before["etag"]
+            before["policy"] = copy.deepcopy(policy)
+            before["etag"] = self._next_etag()
+            if identity is not None and who != "client":
+                before["identity"] = identity
+            self.write_log.append(
+                {
+                    "time": time.time(),
+                    "runner_id": runner_id,
+                    "who": who,
+                    "etag_before": etag_before,
+                    "etag_after": before["etag"],
+                    "policy": copy.deepcopy(policy),
+                }
+            )
+            self._read_since_write.discard(runner_id)
+            return copy.deepcopy(before)
+
+    def set_knobs(self, knobs: Mapping[str, Any]) -> None:
+        with self.lock:
+            if "latency_seconds" in knobs:
+                self.latency_seconds = float(knobs["latency_seconds"] or 0.0)
+            if "error_rates" in knobs:
+                rates = knobs["error_rates"] or {}
+                unknown = set(rates) - set(CODE_TO_HTTP)
+                if unknown:
+                    raise ValueError(f"unknown error codes: {sorted(unknown)}")
+                self.error_rates = {str(k): float(v) for k, v in rates.items()}
+            if "fail_next" in knobs:
+                codes = [str(c) for c in knobs["fail_next"] or []]
+                if set(codes) - set(CODE_TO_HTTP):
+                    raise ValueError(f"unknown error codes: {sorted(set(codes) - set(CODE_TO_HTTP))}")
+                self.fail_next = codes
+            if "retry_after_seconds" in knobs:
+                value = knobs["retry_after_seconds"]
+                self.retry_after_seconds = None if value is None else float(value)
+            if "other_admin" in knobs:
+                self.other_admin = bool(knobs["other_admin"])
+            if "wrap_responses" in knobs:
+                self.wrap_responses = bool(knobs["wrap_responses"])
+
+    def knobs(self) -> dict[str, Any]:
+        with self.lock:
+            return {
+                "latency_seconds": self.latency_seconds,
+                "error_rates": dict(self.error_rates),
+                "fail_next": list(self.fail_next),
+                "retry_after_seconds": self.retry_after_seconds,
+                "other_admin": self.other_admin,
+                "wrap_responses": self.wrap_responses,
+            }
+
+    def snapshot(self) -> dict[str, Any]:
+        with self.lock:
+            return copy.deepcopy(
+                {
+                    "runners": self.runners,
+                    "write_log": self.write_log,
+                    "call_log": self.call_log,
+                    "knobs": self.knobs(),
+                }
+            )
+
+    # -- used by the request handlers (under the lock, never across an await)
+
+    def injected_error(self) -> str | None:
+        if self.fail_next:
+            return self.fail_next.pop(0)
+        for code, rate in self.error_rates.items():
+            if self._rng.random() < rate:
+                return code
+        return None
+
+    def get(self, runner_id: str) -> dict[str, Any]:
+        runner = self.runners.get(runner_id)
+        if runner is None:
+            raise ApiError("not_found", f"runner {runner_id!r} not found")
+        self._read_since_write.add(runner_id)
+        return copy.deepcopy(runner)
+
+    def update(self, runner_id: str, policy: dict | None, etag: str) -> dict[str, Any]:
+        runner = self.runners.get(runner_id)
+        if runner is None:
+            raise ApiError("not_found", f"runner {runner_id!r} not found")
+        if self.other_admin and runner_id in self._read_since_write and runner_id not in self._struck:
+            # Another admin writes between the client's read and its write, once per cycle:
+            # the client's retry after re-reading goes through, so callers converge.
+            self.write(runner_id, other_admin_edit(runner["policy"]), "other-admin")
+            self._struck.add(runner_id)
+        if etag != runner["etag"]:
+            raise ApiError("failed_precondition", f"etag mismatch for runner {runner_id!r}: re-read and retry")
+        self._struck.discard(runner_id)
+        return self.write(runner_id, policy, "client")
+
+
+def default_identity(runner_id: str) -> dict[str, Any]:
+    return {"runnerId": runner_id, "name": runner_id, "cluster": "emulated-cks"}
+
+
+def _public(runner_id: str, runner: Mapping[str, Any], wrap: bool) -> dict[str, Any]:
+    obj = {"runnerId": runner_id, "identity": runner["identity"], "policy": runner["policy"], "etag": runner["etag"]}
+    return {"managedRunner": obj} if wrap else obj

@@ -1,0 +1,61 @@
+"""The README's reason table and api/reasons.py say the same thing; every reason the code can
+report is declared there, once."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from sunk_sandbox_operator.api import reasons
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def readme_rows() -> list[tuple[str, str, str]]:
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Conditions, reasons and fixes"):text.index("## Troubleshooting")]
+    rows, condition = [], ""
+    for line in section.splitlines():
+        m = re.match(r"^\| ([A-Za-z]*) \| `([A-Za-z]+)` \| (.*) \|$", line)
+        if m:
+            condition = m.group(1) or condition
+            rows.append((condition, m.group(2), m.group(3)))
+    return rows
+
+
+def test_readme_table_is_the_reasons_module():
+    assert readme_rows() == reasons.table()
+
+
+def test_every_reason_has_a_fix_and_a_camelcase_name():
+    for condition, reason, fix in reasons.table():
+        assert re.fullmatch(r"[A-Z][A-Za-z]+", reason), reason
+        assert fix.strip(), f"{condition}/{reason} has no fix text"
+
+
+def test_condition_types_order_and_ready_inputs():
+    assert reasons.CONDITION_TYPES[0] == "Ready"
+    assert reasons.READY_INPUTS == reasons.CONDITION_TYPES[1:]
+    assert set(reasons.BY_CONDITION) == set(reasons.CONDITION_TYPES)
+
+
+def test_reasons_are_plain_strings_on_the_wire():
+    import json
+
+    assert json.dumps({"reason": reasons.PolicySynced.SYNCED}) == '{"reason": "Synced"}'
+    assert reasons.ScopeSynced.PENDING == "Pending"
+
+
+def test_no_reason_is_spelled_outside_the_reasons_module():
+    """Condition parts take their reason from an enum member, not a string literal."""
+    pkg = ROOT / "operator" / "sunk_sandbox_operator"
+    names = {r for _, r, _ in reasons.table()}
+    offenders = []
+    for path in pkg.rglob("*.py"):
+        if path.name == "reasons.py":
+            continue
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            for literal in re.findall(r'Part\([^)]*?"(?:True|False|Unknown)",\s*"([A-Za-z]+)"', line):
+                if literal in names:
+                    offenders.append(f"{path.relative_to(ROOT)}:{n}: {literal}")
+    assert not offenders, offenders
