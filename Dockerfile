@@ -1,7 +1,8 @@
 # syntax=docker/dockerfile:1
 # sunk-sandbox-operator image: a venv built in one stage, copied into a clean slim image.
 #   docker build -t ghcr.io/sunksandbox/sunk-sandbox-operator:0.1.0 .
-# tests/unit/test_dockerfile.py checks this file and runs the builder's install step.
+# tests/unit/test_dockerfile.py checks this file; tests/integration/test_image_build.py runs the builder's
+# install step. The wheel holds sunk_sandbox_operator only (not operator/sunk_sandbox_devtools).
 
 ARG PYTHON_IMAGE=python:3.11-slim
 

@@ -2,23 +2,25 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
+# Local-only dev tools (devcluster, demo) are not in the wheel: run them from the source tree.
+DEVTOOLS := PYTHONPATH=operator $(BIN)/python -m sunk_sandbox_devtools
 
 .PHONY: setup binaries demo test unit integration e2e bench crd clean devcluster-up devcluster-down
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e ".[test]"
+	$(BIN)/pip install --quiet -e ".[test,local]"
 	touch $@
 
 setup: $(BIN)/.installed
 
 # etcd, kube-apiserver and kubectl built from the pinned Go modules in hack/ (cached per version).
 binaries: setup
-	$(BIN)/sunk-sandbox-operator devcluster build
+	$(DEVTOOLS) devcluster build
 
 demo: binaries
-	$(BIN)/sunk-sandbox-operator demo
+	$(DEVTOOLS) demo
 
 test: binaries
 	$(BIN)/python -m pytest -ra
@@ -33,16 +35,16 @@ e2e: binaries
 	$(BIN)/python -m pytest -ra tests/e2e
 
 bench: binaries
-	$(BIN)/python -m tests.bench.scope_burst
+	PYTHONPATH=operator $(BIN)/python -m tests.bench.scope_burst
 
 crd: setup
 	$(BIN)/sunk-sandbox-operator crd > crds/sunksandboxbindings.yaml
 
 devcluster-up: binaries
-	$(BIN)/sunk-sandbox-operator devcluster up
+	$(DEVTOOLS) devcluster up
 
 devcluster-down:
-	$(BIN)/sunk-sandbox-operator devcluster down
+	$(DEVTOOLS) devcluster down
 
 clean:
 	rm -rf $(VENV) .devcluster .pytest_cache .hypothesis

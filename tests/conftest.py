@@ -18,13 +18,14 @@ from typing import Callable
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+DEVTOOLS_PATH = REPO / "operator"  # sunk_sandbox_devtools is not installed (not in the wheel)
 OPERATOR_NS = "sunk-sandbox-operator-system"
 OPERATOR_SA = "sunk-sandbox-operator"
 
 
 @pytest.fixture(scope="session")
 def cluster():
-    from sunk_sandbox_operator import devcluster
+    from sunk_sandbox_devtools import devcluster
 
     c = devcluster.temp_cluster()
     os.environ["SSB_TEST_KUBECONFIG"] = str(c.kubeconfig)
@@ -96,6 +97,35 @@ def wait_for(check: Callable[[], object], timeout: float = 30.0, describe: Calla
         time.sleep(interval)
 
 
+def assert_stays(check: Callable[[], None], seconds: float, interval: float = 0.25) -> int:
+    """Assert that something does not happen during the next `seconds`.
+
+    `check` asserts the invariant (plain `assert`s in a test module: pytest's rewriting shows
+    the observed counts). It runs now, every `interval` seconds, and once more at the end of the
+    window; the first violation fails at once, saying when it was seen. Returns the number of polls.
+    """
+    started = time.monotonic()
+    deadline = started + seconds
+    polls = 0
+    while True:
+        done = time.monotonic() >= deadline
+        polls += 1
+        try:
+            check()
+        except AssertionError as exc:
+            raise AssertionError(f"stopped holding {time.monotonic() - started:.2f}s into a {seconds:g}s window "
+                                 f"(poll {polls}): {exc}") from exc
+        if done:
+            return polls
+        time.sleep(max(0.0, min(interval, deadline - time.monotonic())))
+
+
+def devtools_env(**extra: str) -> dict[str, str]:
+    """The environment for `python -m sunk_sandbox_devtools` in a subprocess (as the Makefile runs it)."""
+    path = os.environ.get("PYTHONPATH")
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(DEVTOOLS_PATH), *([path] if path else [])]), **extra}
+
+
 @pytest.fixture(scope="session")
 def kube(cluster) -> Kube:
     k = Kube(cluster)
@@ -129,7 +159,7 @@ TEST_ENV = {"SSB_STATUS_MIN_INTERVAL_SECONDS": "1", "SSB_HAZARD_EVENT_INTERVAL_S
 @pytest.fixture(scope="session")
 def operator(operator_kubeconfig, installed, tmp_path_factory):
     """One operator process for the session, as its own ServiceAccount."""
-    from sunk_sandbox_operator.devcluster import OperatorProcess
+    from sunk_sandbox_devtools.devcluster import OperatorProcess
 
     proc = OperatorProcess(operator_kubeconfig, tmp_path_factory.mktemp("operator-logs") / "operator.log",
                            env=TEST_ENV, args=("--log-format=json",))  # as the shipped Deployment runs it

@@ -1,4 +1,4 @@
-"""`sunk-sandbox-operator demo`: the whole loop on this machine, in about a minute.
+"""`python -m sunk_sandbox_devtools demo`: the whole loop on this machine, in about a minute.
 
 A local control plane, the runner API emulator, simulated SUNK scheduler objects, the operator
 (as its own ServiceAccount under the shipped RBAC), the example binding; then a new user's
@@ -17,8 +17,9 @@ from pathlib import Path
 
 import yaml
 
+from sunk_sandbox_operator.adapters.runnerapi.emulator import EmulatorState, running_emulator
+
 from . import devcluster
-from .runnerapi.emulator import EmulatorState, running_emulator
 
 NS = "tenant-slurm"
 RUNNER = "runner-7f3a"
@@ -179,7 +180,7 @@ def run(workdir: Path, keep: bool = False) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="sunk-sandbox-operator demo", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m sunk_sandbox_devtools demo", description=__doc__.splitlines()[0])
     parser.add_argument("--keep", action="store_true", help="keep everything running at the end")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="ssb-demo-") as tmp:

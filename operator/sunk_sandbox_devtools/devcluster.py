@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import fcntl
 import json
 import os
 import re
@@ -23,12 +24,14 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HACK = REPO_ROOT / "hack"
 CACHE_ROOT = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sunk-sandbox-operator" / "k8s"
 STATE_DIR = REPO_ROOT / ".devcluster"
 BINARIES = ("etcd", "kube-apiserver", "kubectl")
+CLI = "PYTHONPATH=operator .venv/bin/python -m sunk_sandbox_devtools devcluster"  # from the repository root
 
 
 def _pinned(module_dir: Path, module: str) -> str:
@@ -48,14 +51,11 @@ def _log(msg: str) -> None:
     print(f"[devcluster] {msg}", file=sys.stderr, flush=True)
 
 
-def build_binaries(dest: Path) -> None:
-    """Build kube-apiserver, kubectl and etcd with `go build` (cold: minutes; then cached)."""
+def build_binaries(out: Path) -> None:
+    """Build kube-apiserver, kubectl and etcd with `go build` into the directory `out` (cold: minutes)."""
     kube, etcd = versions()
     minor = kube.lstrip("v").split(".")
     env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod"}
-    tmp = dest.with_name(dest.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
     ldflags = (
         f"-s -w -X k8s.io/component-base/version.gitVersion={kube} "
         f"-X k8s.io/component-base/version.gitMajor={minor[0]} -X k8s.io/component-base/version.gitMinor={minor[1]}"
@@ -63,17 +63,63 @@ def build_binaries(dest: Path) -> None:
     started = time.monotonic()
     _log(f"building kube-apiserver and kubectl {kube} (first time only, several minutes)")
     subprocess.run(
-        ["go", "build", "-trimpath", "-ldflags", ldflags, "-o", str(tmp) + "/",
+        ["go", "build", "-trimpath", "-ldflags", ldflags, "-o", str(out) + "/",
          "k8s.io/kubernetes/cmd/kube-apiserver", "k8s.io/kubernetes/cmd/kubectl"],
         cwd=HACK / "kube", env=env, check=True,
     )
     _log(f"building etcd {etcd}")
     subprocess.run(
-        ["go", "build", "-trimpath", "-ldflags", "-s -w", "-o", str(tmp / "etcd"), "go.etcd.io/etcd/server/v3"],
+        ["go", "build", "-trimpath", "-ldflags", "-s -w", "-o", str(out / "etcd"), "go.etcd.io/etcd/server/v3"],
         cwd=HACK / "etcd", env=env, check=True,
     )
-    tmp.rename(dest)
-    _log(f"built in {time.monotonic() - started:.0f}s into {dest}")
+    _log(f"built in {time.monotonic() - started:.0f}s")
+
+
+def _complete(directory: Path) -> bool:
+    return all((directory / b).is_file() for b in BINARIES)
+
+
+def ensure_built(dest: Path, build: Callable[[Path], None] | None = None) -> Path:
+    """`dest` holding every binary, built by `build(tmp)` (default: `build_binaries`) at most once
+    across concurrent runs.
+
+    Under an exclusive `flock` on `<dest>.lock` (next to `dest`, in the cache dir), the build goes
+    into a fresh `tempfile.mkdtemp` directory beside `dest`, which is then renamed into place: a
+    reader sees no `dest` or a complete one, and a run that waited on the lock finds the binaries
+    and builds nothing. A failed or interrupted build leaves no partial `dest`.
+    """
+    if _complete(dest):
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with open(dest.parent / f"{dest.name}.lock", "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            _log(f"waiting for another build of {dest.name} (lock {lock.name})")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if _complete(dest):  # built by the run we waited for
+                return dest
+            # We hold the lock: temp dirs left by runs that were killed mid-build are stale.
+            for stale in dest.parent.glob(f".{dest.name}.*.tmp"):
+                shutil.rmtree(stale, ignore_errors=True)
+            tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
+            try:
+                (build or build_binaries)(tmp)
+                missing = [b for b in BINARIES if not (tmp / b).is_file()]
+                if missing:
+                    raise RuntimeError(f"the build produced no {', '.join(missing)}")
+                if dest.exists():  # an incomplete directory (older layout, manual edits): replace it
+                    shutil.rmtree(dest)
+                os.chmod(tmp, 0o755)  # mkdtemp's 0700 is for the build only
+                os.rename(tmp, dest)  # atomic: same directory, `dest` absent
+            except BaseException:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
+            _log(f"binaries in {dest}")
+            return dest
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def ensure_binaries() -> Path:
@@ -85,11 +131,7 @@ def ensure_binaries() -> Path:
             raise RuntimeError(f"KUBEBUILDER_ASSETS={assets} lacks {', '.join(missing)}")
         return path
     kube, etcd = versions()
-    dest = CACHE_ROOT / f"kube-{kube}_etcd-{etcd}"
-    if not all((dest / b).exists() for b in BINARIES):
-        shutil.rmtree(dest, ignore_errors=True)
-        build_binaries(dest)
-    return dest
+    return ensure_built(CACHE_ROOT / f"kube-{kube}_etcd-{etcd}")
 
 
 def free_port() -> int:
@@ -422,7 +464,7 @@ def env_lines(workdir: Path = STATE_DIR) -> str:
 def main(argv: list[str]) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="sunk-sandbox-operator devcluster",
+    parser = argparse.ArgumentParser(prog="python -m sunk_sandbox_devtools devcluster",
                                      description="Local etcd + kube-apiserver for tests and the demo.")
     parser.add_argument("action", choices=["up", "down", "env", "build"])
     parser.add_argument("--dir", type=Path, default=STATE_DIR, help="state directory (default: .devcluster/)")
@@ -431,14 +473,14 @@ def main(argv: list[str]) -> int:
         print(ensure_binaries())
     elif args.action == "up":
         cluster = up(args.dir)
-        print(f"control plane at {cluster.server}; run: eval \"$(sunk-sandbox-operator devcluster env)\"")
+        print(f"control plane at {cluster.server}; run: eval \"$({CLI} env)\"")
     elif args.action == "down":
         print("stopped" if down(args.dir) else "not running")
     else:
         try:
             sys.stdout.write(env_lines(args.dir))
         except FileNotFoundError:
-            print("devcluster is not running: sunk-sandbox-operator devcluster up", file=sys.stderr)
+            print(f"devcluster is not running: {CLI} up", file=sys.stderr)
             return 1
     return 0
 

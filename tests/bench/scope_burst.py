@@ -1,6 +1,6 @@
 """Benchmark: a burst of new sandbox namespaces → the scheduler's ConfigMap (not part of pytest).
 
-    python -m tests.bench.scope_burst [--namespaces 200 1000] [--window 0.2] [--workers 8]
+    PYTHONPATH=operator python -m tests.bench.scope_burst [--namespaces 200 1000] [--window 0.2] [--workers 8]
 
 Starts its own control plane (etcd + kube-apiserver), the runner API emulator and the operator
 process as its ServiceAccount (as the integration tests do), creates one binding, then for each
@@ -19,7 +19,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from sunk_sandbox_operator.devcluster import OperatorProcess
+from sunk_sandbox_devtools.devcluster import OperatorProcess
 from tests.conftest import OPERATOR_NS, OPERATOR_SA, REPO, TEST_ENV, Kube, wait_for
 from tests.integration.conftest import (ADMIN_TOKEN, binding_spec, create_token_secret, grant_secret_read,
                                         make_scheduler, new_runner)
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=8, help="parallel namespace creators")
     args = parser.parse_args(argv)
 
-    from sunk_sandbox_operator import devcluster
+    from sunk_sandbox_devtools import devcluster
     from sunk_sandbox_operator.adapters.runnerapi.emulator import EmulatorState, running_emulator
 
     work = Path(tempfile.mkdtemp(prefix="scope-bench-"))

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import REPO, wait_for
+from tests.conftest import REPO, devtools_env, wait_for
 from tests.integration.conftest import ADMIN_TOKEN, make_scheduler
 
 pytestmark = pytest.mark.e2e
@@ -115,8 +115,8 @@ def test_permission_not_shipped_is_denied_by_the_api(installed, operator_kubecon
 def test_demo_runs_to_completion():
     """The README's first command ends in this; it brings its own control plane and operator."""
     started = time.monotonic()
-    out = subprocess.run([sys.executable, "-m", "sunk_sandbox_operator", "demo"], capture_output=True, text=True,
-                         timeout=300, cwd=str(REPO))
+    out = subprocess.run([sys.executable, "-m", "sunk_sandbox_devtools", "demo"], capture_output=True, text=True,
+                         timeout=300, cwd=str(REPO), env=devtools_env())
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     for section in ("local control plane", "policy BEFORE", "scope BEFORE", "policy AFTER", "scope AFTER",
                     "kubectl get ssb -o wide", "demo complete"):

@@ -9,14 +9,15 @@ import sys
 
 import pytest
 
-from sunk_sandbox_operator import devcluster
+from sunk_sandbox_devtools import devcluster
+from tests.conftest import devtools_env
 
 pytestmark = pytest.mark.integration
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sunk_sandbox_operator", "devcluster", *args],
-                          capture_output=True, text=True, timeout=180)
+    return subprocess.run([sys.executable, "-m", "sunk_sandbox_devtools", "devcluster", *args],
+                          capture_output=True, text=True, timeout=180, env=devtools_env())
 
 
 def _alive(pid: int) -> bool:

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from tests.conftest import wait_for
+from tests.conftest import assert_stays, wait_for
 from tests.integration.conftest import (READONLY_TOKEN, binding_spec, calls, create_token_secret, grant_secret_read,
                                         make_scheduler, new_runner, runner_policy, writes)
 
@@ -62,13 +62,18 @@ def test_no_op_resync_is_one_get_and_no_status_write(installed, operator, emulat
     rv = installed.binding(binding_ns, "b")["metadata"]["resourceVersion"]
     gets_before = len(calls(emulator, runner, "GetManagedRunner"))
     updates_before = len(calls(emulator, runner, "UpdateManagedRunner"))
-    time.sleep(7)  # about three resyncs
+
+    def no_op():
+        gets = len(calls(emulator, runner, "GetManagedRunner")) - gets_before
+        updates = len(calls(emulator, runner, "UpdateManagedRunner")) - updates_before
+        assert gets <= 5
+        assert updates == 0
+        assert installed.binding(binding_ns, "b")["metadata"]["resourceVersion"] == rv
+    assert_stays(no_op, 7, interval=0.5)  # about three resyncs
     gets = len(calls(emulator, runner, "GetManagedRunner")) - gets_before
     updates = len(calls(emulator, runner, "UpdateManagedRunner")) - updates_before
     print(f"\nno-op resyncs in 7s: {gets} Get, {updates} Update")
     assert 2 <= gets <= 5
-    assert updates == 0
-    assert installed.binding(binding_ns, "b")["metadata"]["resourceVersion"] == rv
 
 
 def test_other_admin_never_loses_an_update(installed, operator, emulator, binding_ns):
@@ -117,9 +122,11 @@ def test_observe_mode_writes_nothing(installed, operator, emulator, binding_ns):
     installed.create_binding(binding_ns, "b", binding_spec(runner, emulator, mode="Observe"))
     cond = installed.wait_condition(binding_ns, "b", "PolicySynced", "False", "Drifted")
     assert "schedulerName" in cond["message"]
-    time.sleep(1)
-    assert writes(emulator, runner) == []
-    assert runner_policy(emulator, runner) == EXISTING
+
+    def nothing_written():
+        assert writes(emulator, runner) == []
+        assert runner_policy(emulator, runner) == EXISTING
+    assert_stays(nothing_written, 1)
 
 
 def test_delete_restore_puts_back_previous_but_keeps_later_changes(installed, operator, emulator, binding_ns):
@@ -175,10 +182,13 @@ def test_bad_token_reports_without_hot_loop(installed, operator, emulator, ns, t
     cond = installed.wait_condition(ns, "b", "PolicySynced", "False", reason)
     assert token not in cond["message"]
     n0 = len(calls(emulator, runner))
-    time.sleep(10)
+
+    def no_hot_loop():
+        n = len(calls(emulator, runner)) - n0
+        assert n <= 1
+    assert_stays(no_hot_loop, 10)
     n = len(calls(emulator, runner)) - n0
     print(f"\n{reason}: {n} API calls in 10 s")
-    assert n <= 1
     ready = installed.condition(ns, "b", "Ready")
     assert ready["status"] == "False" and ready["reason"] == reason
 
@@ -199,7 +209,7 @@ def test_unknown_runner_is_runner_not_found(installed, operator, emulator, bindi
 
 
 def test_emulator_down_then_recovery(installed, operator, binding_ns):
-    from sunk_sandbox_operator.devcluster import free_port
+    from sunk_sandbox_devtools.devcluster import free_port
     from sunk_sandbox_operator.adapters.runnerapi.emulator import EmulatorState, EmulatorThread
     from tests.integration.conftest import ADMIN_TOKEN
 
@@ -264,8 +274,10 @@ def test_delete_with_permanent_error_is_released_after_bounded_retries(installed
     installed.core.delete_namespaced_secret("coreweave-api", binding_ns)
     installed.custom.delete_namespaced_custom_object("sunksandbox.dev", "v1alpha1", binding_ns,
                                                      "sunksandboxbindings", "b")
-    time.sleep(0.5)
-    assert not _deleted(installed, binding_ns)  # retried first (SSB_RESTORE_RETRIES=3, 1 s apart in tests)
+
+    def not_deleted():
+        assert not _deleted(installed, binding_ns)  # retried first (SSB_RESTORE_RETRIES=3, 1 s apart in tests)
+    assert_stays(not_deleted, 0.5, interval=0.1)
     wait_for(lambda: _deleted(installed, binding_ns), 30)
     events = wait_for(lambda: [e for e in installed.core.list_namespaced_event(binding_ns).items
                                if e.reason == "RestoreAbandoned"], 10)

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.conftest import wait_for
+from tests.conftest import assert_stays, wait_for
 from tests.integration.conftest import (binding_spec, create_token_secret, grant_secret_read, make_scheduler,
                                         new_runner, runner_policy, set_pod_ready)
 
@@ -312,10 +312,12 @@ def test_pods_outside_sandbox_namespaces_do_not_count(installed, operator, emula
     sandbox_pod(installed, labelled, "by-label")
     wait_for(lambda: placement(installed, binding_ns).get("podsObserved") == 2, 10,
              lambda: str(placement(installed, binding_ns)))
-    time.sleep(2)
-    pl = placement(installed, binding_ns)
-    assert pl["podsObserved"] == 2, pl
-    assert pl.get("podsMismatched", 0) == 0
+
+    def only_the_two():
+        pl = placement(installed, binding_ns)
+        assert pl["podsObserved"] == 2, pl
+        assert pl.get("podsMismatched", 0) == 0
+    assert_stays(only_the_two, 2)
 
 
 # ---------------------------------------------------------------- hazards
@@ -443,9 +445,13 @@ def test_pod_churn_causes_bounded_status_patches(installed, operator, emulator, 
     handled = metric(operator.metrics(), "ssb_sandbox_pod_events_total") - events_before
 
     # Nothing changes any more: no further writes.
-    time.sleep(3)
-    quiet = metric(operator.metrics(), "ssb_status_patches_total", binding=ref) - patches_before - patches
-    watch.stop()
+    def no_more_patches():
+        quiet = metric(operator.metrics(), "ssb_status_patches_total", binding=ref) - patches_before - patches
+        assert quiet == 0
+    try:
+        assert_stays(no_more_patches, 3)
+    finally:
+        watch.stop()
     events = pods * (1 + updates)
     per_thousand = patches * 1000 / events
     print(f"\n{events} sandbox pod events ({handled:.0f} handled by the operator) in "
@@ -455,4 +461,3 @@ def test_pod_churn_causes_bounded_status_patches(installed, operator, emulator, 
     assert patches >= 1
     assert patches <= churn_seconds / 1.0 + 5, (patches, churn_seconds)
     assert watch.status_changes <= churn_seconds / 1.0 + 5
-    assert quiet == 0

@@ -21,7 +21,7 @@ import yaml
 from kubernetes.client.rest import ApiException
 
 from sunk_sandbox_operator.core.scope import scope_hash
-from tests.conftest import wait_for
+from tests.conftest import assert_stays, wait_for
 from tests.integration.conftest import (binding_spec, create_token_secret, grant_secret_read, make_scheduler,
                                         new_runner)
 
@@ -237,9 +237,10 @@ def test_membership_follows_namespaces_and_admin_entries_stay(installed, operato
     installed.core.patch_namespace(by_label, {"metadata": {"labels": {label: None}}})
     wait_listed(installed, slurm_ns, {by_label}, present=False)
 
-    time.sleep(1.0)  # the unrelated namespace had every chance to show up
+    def unrelated_not_listed():  # the unrelated namespace has every chance to show up
+        assert unrelated not in listed(installed, slurm_ns)
+    assert_stays(unrelated_not_listed, 1.0)
     final = listed(installed, slurm_ns)
-    assert unrelated not in final
     assert {"admin-before", "admin-after"} <= set(final)
     assert status_scope(installed, slurm_ns)["preexisting"] == ["admin-before"]
 
@@ -272,9 +273,11 @@ def test_scope_hash_changes_exactly_when_the_list_changes(installed, operator, e
     assert first == scope_hash(listed(installed, slurm_ns))
     _, dep_rv = template_hash()
     cm_rv = rv(installed, slurm_ns)
-    time.sleep(3.5)  # about three no-op resyncs
-    assert template_hash() == (first, dep_rv)
-    assert rv(installed, slurm_ns) == cm_rv
+
+    def no_op_resyncs():
+        assert template_hash() == (first, dep_rv)
+        assert rv(installed, slurm_ns) == cm_rv
+    assert_stays(no_op_resyncs, 3.5)  # about three no-op resyncs
 
     installed.create_namespace(f"{p}-2")
     wait_listed(installed, slurm_ns, {f"{p}-2"})
@@ -386,9 +389,11 @@ def test_malformed_conf_is_reported_and_never_written(installed, operator, emula
     cond = installed.wait_condition(slurm_ns, "b", "ScopeSynced", "False", "InvalidConfig")
     assert "malformed YAML" in cond["message"]
     installed.create_namespace(f"{p}-b")
-    time.sleep(1.5)
-    assert rv(installed, slurm_ns) == before
-    assert conf_text(installed, slurm_ns) == text
+
+    def never_written():
+        assert rv(installed, slurm_ns) == before
+        assert conf_text(installed, slurm_ns) == text
+    assert_stays(never_written, 1.5)
 
 
 def test_non_list_value_is_invalid_config(installed, operator, emulator, slurm_ns):
@@ -399,8 +404,10 @@ def test_non_list_value_is_invalid_config(installed, operator, emulator, slurm_n
     scope_binding(installed, emulator, slurm_ns, [f"{p}-*"])
     cond = installed.wait_condition(slurm_ns, "b", "ScopeSynced", "False", "InvalidConfig")
     assert "scheduler.scope.namespaces" in cond["message"]
-    time.sleep(0.5)
-    assert rv(installed, slurm_ns) == before
+
+    def never_written():
+        assert rv(installed, slurm_ns) == before
+    assert_stays(never_written, 0.5, interval=0.1)
 
 
 def sandbox_pod(kube, ns: str, scheduler: str = "slurm-scheduler") -> None:
@@ -426,13 +433,14 @@ def test_pending_sandbox_pod_gets_its_namespace_added(installed, operator, emula
         edit_conf(installed, slurm_ns, lambda t: re.sub(r"namespaces:.*", "namespaces: []", t))
         assert fresh not in listed(installed, slurm_ns)
 
+    def not_listed():
+        assert fresh not in listed(installed, slurm_ns)
+
     revert()
-    time.sleep(1.0)
-    assert fresh not in listed(installed, slurm_ns)
+    assert_stays(not_listed, 1.0)
     revert()
     sandbox_pod(installed, fresh, scheduler="default-scheduler")  # not ours: no signal
-    time.sleep(2.5)
-    assert fresh not in listed(installed, slurm_ns)
+    assert_stays(not_listed, 2.5)
     sandbox_pod(installed, fresh)
     wait_listed(installed, slurm_ns, {fresh}, timeout=5)
 
@@ -446,8 +454,10 @@ def test_cluster_scope_writes_nothing(installed, operator, emulator, slurm_ns):
     scope_binding(installed, emulator, slurm_ns, [f"{p}-*"], scope={"alwaysInclude": [slurm_ns]})
     installed.wait_condition(slurm_ns, "b", "ScopeSynced", "True", "ClusterScope")
     installed.create_namespace(f"{p}-b")
-    time.sleep(1.0)
-    assert rv(installed, slurm_ns) == before
+
+    def nothing_written():
+        assert rv(installed, slurm_ns) == before
+    assert_stays(nothing_written, 1.0)
     assert wait_for(lambda: status_scope(installed, slurm_ns).get("type") == "cluster", 5)
 
 

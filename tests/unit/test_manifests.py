@@ -1,15 +1,12 @@
 """The shipped kustomize manifests: RBAC pinned rule by rule, a hardened Deployment, examples
-that the API would accept, and kustomizations that build.
+that the API would accept, and kustomizations whose references resolve.
 
-Everything here parses YAML; the `kustomize build` tests run the project's pinned kubectl.
+Everything here parses YAML. Running `kubectl kustomize` on them (the pinned kubectl, a Go
+build) is in tests/integration/test_manifests_kustomize.py.
 """
 
 from __future__ import annotations
 
-import glob
-import os
-import shutil
-import subprocess
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -381,86 +378,3 @@ def test_every_manifest_file_is_used():
         if is_kustomization(path) or path in STANDALONE:
             continue
         assert path.resolve() in used, f"{path.relative_to(ROOT)} is in no kustomization"
-
-
-# ---------------------------------------------------------------- kustomize build (real kubectl)
-
-
-def kustomize_build(directory: Path) -> list[dict]:
-    from sunk_sandbox_operator import devcluster
-
-    binary = str(devcluster.ensure_binaries() / "kubectl")  # the pinned kubectl (built by `make binaries`)
-    done = subprocess.run([binary, "kustomize", str(directory)], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    return [d for d in yaml.safe_load_all(done.stdout) if d]
-
-
-def ids(docs) -> set[tuple[str, str | None, str]]:
-    return {(d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"]) for d in docs}
-
-
-def test_kustomize_build_of_manifests():
-    docs = kustomize_build(MANIFESTS)
-    assert ids(docs) == {
-        ("CustomResourceDefinition", None, f"{model.PLURAL}.{model.GROUP}"),
-        ("Namespace", None, OPERATOR_NS),
-        ("ServiceAccount", OPERATOR_NS, SA),
-        ("ClusterRole", None, "sunk-sandbox-operator"),
-        ("ClusterRoleBinding", None, "sunk-sandbox-operator"),
-        ("ClusterRole", None, SECRET_READER),
-        ("RoleBinding", SECRETS_NS, "sunk-sandbox-operator-secrets"),
-        ("Deployment", OPERATOR_NS, "sunk-sandbox-operator"),
-        ("Service", OPERATOR_NS, "sunk-sandbox-operator-metrics"),
-    }
-    for doc in docs:
-        assert doc["metadata"]["labels"]["app.kubernetes.io/name"] == "sunk-sandbox-operator", doc["kind"]
-        assert "app.kubernetes.io/part-of" in doc["metadata"]["labels"]
-    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
-    assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == IMAGE
-    assert deployment["spec"]["selector"]["matchLabels"] == {
-        "app.kubernetes.io/name": "sunk-sandbox-operator", "app.kubernetes.io/component": "operator"}
-    (role,) = [d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "sunk-sandbox-operator"]
-    assert flatten(role["rules"]) == EXPECTED_CLUSTER_RULES
-
-
-def test_kustomize_build_of_examples():
-    docs = kustomize_build(MANIFESTS / "examples")
-    assert ids(docs) == {("Secret", SECRETS_NS, "coreweave-api"), (model.KIND, SECRETS_NS, "cpu-sandboxes")}
-
-
-def test_documented_patch_moves_the_secret_role_binding(tmp_path):
-    """The overlay shown in manifests/rbac-secrets.yaml works."""
-    overlay = tmp_path / "overlay"
-    overlay.mkdir()
-    patch = '[{"op": "replace", "path": "/metadata/namespace", "value": "slurm-prod"}]'
-    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
-        "resources": [os.path.relpath(MANIFESTS, overlay)],
-        "patches": [
-            {"target": {"group": "rbac.authorization.k8s.io", "kind": kind, "name": "sunk-sandbox-operator-secrets"},
-             "patch": patch}
-            for kind in ("RoleBinding",)
-        ],
-    }))
-    assert patch in (MANIFESTS / "rbac-secrets.yaml").read_text()
-    docs = ids(kustomize_build(overlay))
-    assert ("RoleBinding", "slurm-prod", "sunk-sandbox-operator-secrets") in docs
-    assert ("ClusterRole", None, SECRET_READER) in docs
-    assert not any(ns == SECRETS_NS for _, ns, _ in docs)
-
-
-def test_argocd_component_merges_the_health_check_into_argocd_cm(tmp_path):
-    install = tmp_path / "argocd-install"
-    install.mkdir()
-    (install / "argocd-cm.yaml").write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "argocd-cm", "namespace": "argocd"},
-        "data": {"url": "https://argocd.example.test"},
-    }))
-    (install / "kustomization.yaml").write_text(yaml.safe_dump({
-        "resources": ["argocd-cm.yaml"],
-        "components": [os.path.relpath(MANIFESTS / "argocd", install)],
-    }))
-    (cm,) = kustomize_build(install)
-    assert cm["metadata"]["name"] == "argocd-cm"
-    assert cm["data"]["url"] == "https://argocd.example.test", "merge, not replace"
-    assert cm["data"][ARGOCD_KEY] == HEALTH_LUA.read_text()

@@ -1,0 +1,33 @@
+"""Command line: devcluster | demo (local-only; the operator's own CLI is `sunk-sandbox-operator`)."""
+
+from __future__ import annotations
+
+import sys
+
+PROG = "python -m sunk_sandbox_devtools"
+USAGE = f"""{PROG} COMMAND [ARGS]
+
+commands:
+  devcluster  up | down | env | build: a local etcd + kube-apiserver
+  demo        the whole thing locally: control plane, emulator, operator, example binding
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(USAGE)
+        return 0
+    command, rest = argv[0], argv[1:]
+    if command == "devcluster":
+        from . import devcluster
+        return devcluster.main(rest)
+    if command == "demo":
+        from . import demo
+        return demo.main(rest)
+    print(f"unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
