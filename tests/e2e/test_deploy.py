@@ -62,7 +62,7 @@ def test_example_binding_becomes_ready_under_shipped_rbac(installed, operator, e
                    "ssb_condition", "ssb_scope_namespaces", "ssb_policy_writes_total",
                    "ssb_scope_sync_latency_seconds", "ssb_policy_drift_corrections_total"):
         assert re.search(rf"^# TYPE {series} ", text, re.M), series
-    assert 'ssb_runner_api_calls_total{method="GetManagedRunner",code="ok"}' in text
+    assert 'ssb_runner_api_calls_total{code="ok",method="GetManagedRunner"}' in text  # labels sorted
     assert f'ssb_condition{{binding="{NS}/cpu-sandboxes",condition="Ready",status="True"}} 1' in text
     rss = operator.rss_kib()
     print(f"\noperator RSS after e2e: {rss / 1024:.1f} MiB" if rss else "\noperator RSS unknown")

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kubernetes.utils.quantity import parse_quantity as k8s_parse_quantity
 
+from sunk_sandbox_operator.adapters.quantity import parse_quantity
 from sunk_sandbox_operator.api import PlacementStatus
 from sunk_sandbox_operator.core.placement import (
     GPU_REQUESTED,
@@ -27,13 +28,13 @@ from sunk_sandbox_operator.core.placement import (
     hazard_message,
     new_hazards,
     observe_pod,
-    parse_quantity,
     parse_time,
     placement_condition,
 )
 
 FIXTURE = Path(__file__).parent / "fixtures" / "scheduler" / "sandbox_pod.json"
-EXPECT: dict[str, Any] = dict(scheduler_name="slurm-scheduler", partition="sandboxes", pinned={}, kill_wait=60)
+EXPECT: dict[str, Any] = dict(scheduler_name="slurm-scheduler", partition="sandboxes", pinned={}, kill_wait=60,
+                              quantity=parse_quantity)
 
 
 def sandbox(name: str = "sbx-1", ns: str = "ds-alice", created: str = "2025-09-10T12:30:00Z", **patch: Any) -> dict:
@@ -67,7 +68,10 @@ def test_parse_quantity(q: Any, value: str) -> None:
     assert parse_quantity(q) == Decimal(value)
 
 
-@pytest.mark.parametrize("junk", ["", "abc", "1ki", "1.2.3", "Mi", "1 Gi", "1GB", None, True, [1], float("nan"), "NaN"])
+# "1 Gi" is not here: the kubernetes client's parser accepts a space before the suffix, and such a
+# quantity cannot reach us (the API server validates quantities on write; see adapters/quantity.py).
+@pytest.mark.parametrize("junk", ["", "abc", "1ki", "1.2.3", "Mi", "1GB", None, True, [1], float("nan"), "NaN",
+                                  float("inf"), "Infinity"])
 def test_parse_quantity_rejects_junk(junk: Any) -> None:
     with pytest.raises(ValueError):
         parse_quantity(junk)

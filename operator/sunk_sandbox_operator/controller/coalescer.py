@@ -101,6 +101,7 @@ class Coalescer:
             self.task.cancel()
 
     async def wait_idle(self) -> None:
-        """Until no run is pending or in flight (tests, shutdown)."""
+        """Until no run is pending or in flight (tests, shutdown). Returns, never raises, when the
+        task ends cancelled (after `cancel()`); being cancelled itself does not cancel the task."""
         while self.task is not None and not self.task.done():
-            await asyncio.shield(self.task)
+            await asyncio.wait({self.task})

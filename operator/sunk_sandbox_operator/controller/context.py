@@ -1,15 +1,17 @@
 """The operator context: built once at start-up and handed to every handler through kopf's memo.
 
 It holds what used to be module globals: settings, the Kubernetes client, the caches, the
-binding registry, the event sink, metrics and the clocks. Tests build one with fakes.
+binding registry, the event sink, metrics, the clocks and the sleep that goes with them (every
+wait the shell computes from `monotonic` is slept with `sleep`). Tests build one with fakes.
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Awaitable, Callable
 
 from ..adapters import events
 from ..adapters.kube import Kube
@@ -33,6 +35,7 @@ class Context:
     event_sink: Callable[[dict, str, str, str], None] = events.kopf_sink
     metrics: Metrics | None = None
     monotonic: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     now_iso: Callable[[], str] = utc_now_iso
 
     def __post_init__(self) -> None:

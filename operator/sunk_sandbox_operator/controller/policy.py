@@ -101,7 +101,8 @@ async def sync(ctx: Context, state: BindingState, scheduler_name: str | None) ->
         return decide.written(obs, d, written.etag, ctx.now_iso())
 
     try:
-        report = await retry.optimistic(attempt, lost_race=_stale, retries=ctx.config.policy_conflict_retries)
+        report = await retry.optimistic(attempt, lost_race=_stale, retries=ctx.config.policy_conflict_retries,
+                                        sleep=ctx.sleep)
     except retry.RetriesExhausted as exc:
         report = decide.conflict_exhausted(exc.attempts)
     except CredentialsMissing as exc:
@@ -136,4 +137,4 @@ async def restore(ctx: Context, state: BindingState) -> None:
         ctx.event(state, "Normal", "PolicyRestored",
                   f"runner {runner_id} policy: " + "; ".join(pol.diff(runner.policy, restored)[:8]))
 
-    await retry.optimistic(attempt, lost_race=_stale, retries=ctx.config.policy_conflict_retries)
+    await retry.optimistic(attempt, lost_race=_stale, retries=ctx.config.policy_conflict_retries, sleep=ctx.sleep)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 
 from ..adapters import kube as k
 from ..adapters import scheduler as sched
@@ -50,7 +49,7 @@ def memory(ctx: Context, state: BindingState) -> ScopeMemory:
             preexisting=sorted(pre) if isinstance(pre, list) else None,
             added=sorted(a for a in section.get("added") or [] if isinstance(a, str)),
             syncer=Coalescer(run, window=lambda: ctx.config.scope_window_seconds, clock=ctx.monotonic,
-                             name=f"scope sync of {state.ref}"),
+                             sleep=ctx.sleep, name=f"scope sync of {state.ref}"),
         )
     return state.scope
 
@@ -229,7 +228,7 @@ async def _sync_inner(ctx: Context, state: BindingState, mem: ScopeMemory, perio
         return obs, decision
 
     obs, decision = await retry.optimistic(attempt, lost_race=lambda e: isinstance(e, k.Conflict),
-                                           retries=ctx.config.scope_conflict_retries)
+                                           retries=ctx.config.scope_conflict_retries, sleep=ctx.sleep)
     wrote = decision.write is not None
     if decision.error:
         return Part(COND, *_report(ctx, state, obs, decision, wrote))
@@ -247,7 +246,7 @@ async def _sync_inner(ctx: Context, state: BindingState, mem: ScopeMemory, perio
                  len(decision.final), len(decision.diff.added), len(decision.diff.removed))
         state.counters.scope_writes += 1
         if started is not None:
-            ctx.metrics.scope_sync_latency.observe(time.monotonic() - started)
+            ctx.metrics.scope_sync_latency.observe(ctx.monotonic() - started)
         ctx.event(state, "Normal", "ScopeUpdated", sc.change_message(target.describe(), decision.diff))
 
     notes: list[str] = []
@@ -332,7 +331,7 @@ async def _restore_target(ctx: Context, state: BindingState, mem: ScopeMemory) -
         return p
 
     p = await retry.optimistic(attempt, lost_race=lambda e: isinstance(e, k.Conflict),
-                               retries=ctx.config.scope_conflict_retries)
+                               retries=ctx.config.scope_conflict_retries, sleep=ctx.sleep)
     if p is None or not p.changed:
         return
     mem.added, mem.known_list = [], frozenset(p.new_list)

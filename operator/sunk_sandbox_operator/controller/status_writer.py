@@ -61,7 +61,7 @@ def request_flush(ctx: Context, state: BindingState, before: Callable[[BindingSt
             await flush(ctx, state)
 
         state.flusher = Coalescer(run, min_interval=lambda: ctx.config.status_min_interval_seconds,
-                                  clock=ctx.monotonic, name=f"status flush of {state.ref}")
+                                  clock=ctx.monotonic, sleep=ctx.sleep, name=f"status flush of {state.ref}")
     state.flusher.signal()
 
 
