@@ -1,8 +1,8 @@
 """kopf wiring only: decorators hand events to the controller; the context lives in kopf's memo.
 
-Watches, one per kind: SunkSandboxBindings (daemon per binding + finalizer on the binding only),
-Namespaces (`on.event`, nothing written to them) and sandbox Pods (`on.event`, server-side label
-selector on `sandbox.coreweave.com/sandbox-id`; no annotations or finalizers on pods).
+kopf watches SunkSandboxBindings only (a daemon per binding + a finalizer on the binding).
+Namespaces and sandbox Pods are watched by the controller's own informers (started at start-up:
+one LIST + WATCH per kind, compact caches, no per-object kopf machinery).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import logging
 import kopf
 
 from .api import keys
-from .controller import lifecycle, watch
+from .controller import lifecycle
 
 BINDINGS = (keys.GROUP, keys.VERSION, keys.PLURAL)
 
@@ -43,13 +43,3 @@ async def binding_deleted(body: kopf.Body, retry: int, memo: kopf.Memo, **_) -> 
     delay = await lifecycle.binding_deleted(memo.ctx, dict(body), retry)
     if delay is not None:
         raise kopf.TemporaryError("restore failed; retrying", delay=delay)
-
-
-@kopf.on.event("v1", "namespaces")
-async def namespace_event(event: dict, body: kopf.Body, memo: kopf.Memo, **_) -> None:
-    watch.on_namespace(memo.ctx, event.get("type"), dict(body))
-
-
-@kopf.on.event("v1", "pods", labels={keys.SANDBOX_ID_LABEL: kopf.PRESENT})
-async def sandbox_pod_event(event: dict, body: kopf.Body, memo: kopf.Memo, **_) -> None:
-    watch.on_pod(memo.ctx, event.get("type"), dict(body))

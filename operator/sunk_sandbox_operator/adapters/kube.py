@@ -141,6 +141,9 @@ class Kube:
         return await self._call(self.custom.patch_namespaced_custom_object, ARGO_GROUP, ARGO_VERSION, namespace,
                                 ARGO_PLURAL, name, patch, _content_type=MERGE_PATCH)
 
+    async def create_event(self, namespace: str, body: dict) -> dict:
+        return await self._call(self.core.create_namespaced_event, namespace, body)
+
     async def create_rolebinding(self, namespace: str, body: dict) -> dict:
         return await self._call(self.rbac.create_namespaced_role_binding, namespace, body)
 

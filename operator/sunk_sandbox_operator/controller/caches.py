@@ -33,11 +33,16 @@ class NamespaceCache:
         if event_type == "DELETED":
             self._infos.pop(info.name, None)
             return before, None
+        if before == info:
+            return before, before  # a relist, or a change of fields we do not keep
         self._infos[info.name] = info
         return before, info
 
     def get(self, name: str) -> NamespaceInfo | None:
         return self._infos.get(name)
+
+    def keys(self) -> Iterable[str]:
+        return self._infos.keys()
 
     def __contains__(self, name: str) -> bool:
         return name in self._infos
@@ -80,30 +85,43 @@ def compact_pod(pod: dict) -> dict:
 
 def pod_key(pod: dict) -> str:
     meta = pod["metadata"]
-    return meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}"
+    return f"{meta.get('namespace')}/{meta.get('name')}"
 
 
 class PodCache:
     def __init__(self) -> None:
-        self._pods: dict[str, dict] = {}               # key -> compact pod
+        self._pods: dict[str, dict] = {}               # namespace/name -> compact pod
         self._by_namespace: dict[str, set[str]] = {}   # namespace -> keys
 
-    def apply(self, event_type: str | None, body: dict) -> tuple[str, dict]:
-        """Record one watch event; (ADDED | MODIFIED | DELETED, compact pod)."""
+    def apply(self, event_type: str | None, body: dict) -> list[tuple[str, dict]]:
+        """Record one watch event; the changes it makes, as (ADDED | MODIFIED | DELETED, compact pod).
+
+        A DELETED carries the pod as last stored (a relist tombstone has only namespace and name);
+        a namesake with a new uid replaces the old pod: DELETED old, then ADDED new.
+        """
         pod = compact_pod(body)
         key, ns = pod_key(pod), pod["metadata"]["namespace"]
+        old = self._pods.get(key)
         if event_type == "DELETED":
-            self._pods.pop(key, None)
+            if old is None:
+                return []
+            del self._pods[key]
             keys = self._by_namespace.get(ns)
             if keys is not None:
                 keys.discard(key)
                 if not keys:  # sandbox namespaces come and go: drop their empty entries
                     del self._by_namespace[ns]
-            return "DELETED", pod
-        kind = "MODIFIED" if key in self._pods else "ADDED"
+            return [("DELETED", old)]
         self._pods[key] = pod
         self._by_namespace.setdefault(ns, set()).add(key)
-        return kind, pod
+        if old is None:
+            return [("ADDED", pod)]
+        if old["metadata"].get("uid") != pod["metadata"].get("uid"):
+            return [("DELETED", old), ("ADDED", pod)]
+        return [("MODIFIED", pod)]
+
+    def keys(self) -> Iterable[str]:
+        return self._pods.keys()
 
     def in_namespace(self, namespace: str) -> list[dict]:
         return [self._pods[k] for k in self._by_namespace.get(namespace, ())]

@@ -25,6 +25,8 @@ class Config:
     # Lost resourceVersion races of one scope write before ScopeSynced=False Conflict.
     scope_conflict_retries: int = 5
     metrics_port: int = 0
+    # Items per LIST page of the Namespace and Pod informers (bounded memory while listing).
+    list_page_size: int = 500
     # Deletion with Restore: attempts, and seconds between them, before the binding is released
     # anyway (with a Warning event) so a permanent error never leaves it Terminating forever.
     restore_retries: int = 30
@@ -40,6 +42,7 @@ def load() -> Config:
         policy_conflict_retries=int(_float("SSB_POLICY_CONFLICT_RETRIES", 5)),
         scope_conflict_retries=int(_float("SSB_SCOPE_CONFLICT_RETRIES", 5)),
         metrics_port=int(_float("SSB_METRICS_PORT", 0)),
+        list_page_size=int(_float("SSB_LIST_PAGE_SIZE", 500)),
         restore_retries=int(_float("SSB_RESTORE_RETRIES", 30)),
         restore_retry_delay_seconds=_float("SSB_RESTORE_RETRY_DELAY_SECONDS", 10.0),
     )

@@ -32,16 +32,28 @@ class Context:
     bindings: Registry = field(default_factory=Registry)
     namespaces: NamespaceCache = field(default_factory=NamespaceCache)
     pods: PodCache = field(default_factory=PodCache)
-    event_sink: Callable[[dict, str, str, str], None] = events.kopf_sink
+    event_sink: Callable[[dict, str, str, str], None] | None = None  # default: core/v1 Events via kube
     metrics: Metrics | None = None
     monotonic: Callable[[], float] = time.monotonic
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     now_iso: Callable[[], str] = utc_now_iso
 
+    informers: list = field(default_factory=list)   # adapters.informer.Informer, one per watched kind
+    tasks: list = field(default_factory=list)       # their running tasks
+    http: object | None = None                      # adapters.kubehttp.KubeHTTP the informers share
+
     def __post_init__(self) -> None:
+        if self.event_sink is None:
+            self.event_sink = events.KubeEventSink(self.kube, self.now_iso)
         self._post = events.safe(self.event_sink)
         if self.metrics is None:
             self.metrics = Metrics(self.bindings.samples)
+
+    async def synced(self) -> None:
+        """Until every informer has its initial LIST in the caches (a first reconcile waits for this)."""
+        for informer in self.informers:
+            await informer.ready.wait()
+        self.namespaces.ready = True
 
     def event(self, state: BindingState, kind: str, reason: str, message: str) -> None:
         self._post(state.body, kind, reason, message)

@@ -12,9 +12,11 @@ import random
 
 import kopf
 
+from ..adapters.informer import Informer, Resource
 from ..adapters.kube import Kube, load_api_client
+from ..adapters.kubehttp import KubeHTTP
 from ..api import keys
-from . import reconcile
+from . import reconcile, watch
 from .config import Config, load
 from .context import Context
 from .state import BindingState
@@ -27,27 +29,40 @@ def configure(settings: kopf.OperatorSettings) -> None:
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=keys.GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=keys.GROUP, key="last-handled")
     settings.posting.level = logging.WARNING  # events are posted explicitly, not from kopf's log lines
-    settings.watching.label_selectors["v1", "pods"] = keys.SANDBOX_ID_LABEL  # server-side: sandbox pods only
     settings.watching.server_timeout = 300
-    # Per-object workers hold their slot for idle_timeout after an object's last event: with the
-    # 5 s default, 64 slots let only ~13 new pods/s through under churn. Short idle, more slots.
-    settings.queueing.worker_limit = 512
-    settings.queueing.idle_timeout = 0.5
     settings.execution.max_workers = 16
 
 
 async def start(logger: logging.Logger, config: Config | None = None) -> Context:
+    """Build the context and start the Namespace and sandbox-Pod informers (our own LIST + WATCH:
+    kopf keeps only the bindings, so no per-object kopf machinery runs for 50,000 pods)."""
     config = config or load()
-    ctx = Context(config=config, kube=Kube(load_api_client()))
+    api_client = load_api_client()
+    ctx = Context(config=config, kube=Kube(api_client))
     if config.metrics_port:
         await ctx.metrics.serve(config.metrics_port)
         logger.info("metrics on :%d/metrics", config.metrics_port)
-    ctx.namespaces.load(await ctx.kube.list_namespaces())
+    http = KubeHTTP(api_client.configuration)
+    ctx.informers = [
+        Informer(http, Resource("/api/v1/namespaces", metadata_only=True),
+                 lambda kind, body: watch.on_namespace(ctx, kind, body), ctx.namespaces.keys,
+                 page_size=config.list_page_size, name="namespace informer"),
+        Informer(http, Resource("/api/v1/pods", label_selector=keys.SANDBOX_ID_LABEL),
+                 lambda kind, body: watch.on_pod(ctx, kind, body), ctx.pods.keys,
+                 page_size=config.list_page_size, name="sandbox pod informer"),
+    ]
+    ctx.tasks = [asyncio.create_task(i.run(), name=i.name) for i in ctx.informers]
+    ctx.http = http
     return ctx
 
 
 async def stop(ctx: Context) -> None:
+    for task in ctx.tasks:
+        task.cancel()
+    await asyncio.gather(*ctx.tasks, return_exceptions=True)
     await reconcile.shutdown(ctx)
+    if ctx.http is not None:
+        await ctx.http.close()
 
 
 def binding_event(ctx: Context, event_type: str | None, body: dict) -> None:

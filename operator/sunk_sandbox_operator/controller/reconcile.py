@@ -57,6 +57,7 @@ async def reconcile(ctx: Context, state: BindingState) -> None:
             state.report(Part(ctype, "False", Common.INVALID_SPEC, f"spec does not validate: {state.spec_error}"))
         await flush(ctx, state)
         return
+    await ctx.synced()  # the first reconcile waits for the namespace and pod caches' initial LIST
     state.reconciled_generation = state.generation
     d = await discover(ctx, state)
     state.discovery = d

@@ -20,6 +20,8 @@ SLOW_EVENT_SECONDS = 0.5
 def on_namespace(ctx: Context, event_type: str | None, body: dict) -> None:
     at = ctx.monotonic()
     before, after = ctx.namespaces.apply(event_type, body)
+    if before is not None and before is after:
+        return  # nothing the operator keeps changed (a relist, an annotation edit)
     name = (after or before).name if (after or before) else ((body.get("metadata") or {}).get("name") or "")
     scope.on_namespace(ctx, name, before, after, at)
     for state in ctx.bindings:
@@ -30,13 +32,14 @@ def on_namespace(ctx: Context, event_type: str | None, body: dict) -> None:
 def on_pod(ctx: Context, event_type: str | None, body: dict) -> None:
     started = ctx.monotonic()
     ctx.metrics.pod_events.inc()
-    kind, pod = ctx.pods.apply(event_type, body)
-    for state, facts, new_hazards in placement.observe(ctx, kind, pod):
-        for hazard in new_hazards:
-            placement.hazard_event(ctx, state, hazard, facts.ref)
-        scope.on_sandbox_pod(ctx, state, body)
-        # The placement summary (one pass over the binding's pods) is computed by the coalesced
-        # flush itself, once per status write, not once per pod event.
-        request_flush(ctx, state, before=placement.report)
+    for kind, pod in ctx.pods.apply(event_type, body):
+        for state, facts, new_hazards in placement.observe(ctx, kind, pod):
+            for hazard in new_hazards:
+                placement.hazard_event(ctx, state, hazard, facts.ref)
+            if kind != "DELETED":
+                scope.on_sandbox_pod(ctx, state, body)
+            # The placement summary (one pass over the binding's pods) is computed by the coalesced
+            # flush itself, once per status write, not once per pod event.
+            request_flush(ctx, state, before=placement.report)
     if ctx.monotonic() - started > SLOW_EVENT_SECONDS:
         log.warning("slow pod event handling: %.2fs", ctx.monotonic() - started)

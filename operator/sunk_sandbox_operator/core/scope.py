@@ -14,6 +14,7 @@ from typing import Any, Iterable, Mapping
 
 from ..api.reasons import ScopeSynced as R
 from ..api.spec import SandboxNamespaces
+from ..api.status import ScopeStatus
 from . import selectors
 
 # ---------------------------------------------------------------- which namespaces belong
@@ -35,7 +36,7 @@ def is_terminating(ns: Mapping[str, Any]) -> bool:
     )
 
 
-@dataclass
+@dataclass(slots=True)
 class NamespaceInfo:
     """The few facts about a Namespace the scope sync needs (what an index stores)."""
 
@@ -225,6 +226,7 @@ def section(prev: dict | None, ledger: ListDecision | None, *, now: str, error: 
         for key in ("preexisting", "added"):
             if key in prev:
                 new[key] = prev[key]
+    new = ScopeStatus.model_validate(new).wire()  # the model is the shape of status.scope
     unchanged = {k: v for k, v in prev.items() if k != "lastSyncTime"} == new
     if not error and (wrote or not unchanged or not prev.get("lastSyncTime")):
         new["lastSyncTime"] = now

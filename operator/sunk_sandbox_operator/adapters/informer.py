@@ -1,0 +1,120 @@
+"""Informer-grade LIST + WATCH of one resource kind, feeding a sink one event at a time.
+
+client-go's reflector is the model: a paginated LIST (limit/continue) gives the items and a
+resourceVersion; a WATCH from it (with bookmarks, so the version stays fresh while nothing
+changes) gives the changes; when the server says 410 Gone (the version was compacted away) the
+informer lists again and reports what disappeared meanwhile as DELETED. No per-object worker,
+memory, annotation or log line: the sink (a cache) decides what to keep of each object.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Awaitable, Callable, Iterable
+
+from . import kube as k
+from .kubehttp import ApiStatus, KubeHTTP, status_code
+
+log = logging.getLogger("sunk_sandbox_operator")
+
+# Namespaces: metadata is all the operator reads (name, labels, deletionTimestamp).
+PARTIAL_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
+PARTIAL_ONE = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
+
+Sink = Callable[[str, dict], None]
+
+
+@dataclass(frozen=True)
+class Resource:
+    path: str                          # e.g. /api/v1/namespaces, /api/v1/pods (cluster-wide)
+    label_selector: str | None = None  # filtered server-side
+    metadata_only: bool = False        # PartialObjectMetadata: no spec/status on the wire
+
+    def key(self, obj: dict) -> str:
+        meta = obj.get("metadata") or {}
+        ns = meta.get("namespace")
+        return f"{ns}/{meta.get('name')}" if ns else str(meta.get("name"))
+
+
+class Informer:
+    def __init__(self, http: KubeHTTP, resource: Resource, sink: Sink, known: Callable[[], Iterable[str]], *,
+                 page_size: int = 500, watch_timeout: int = 300, name: str = "informer",
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+                 retry_delay: Callable[[int], float] = lambda n: min(30.0, 0.5 * 2 ** n)) -> None:
+        self.http, self.resource, self.sink, self.known = http, resource, sink, known
+        self.page_size, self.watch_timeout, self.name = page_size, watch_timeout, name
+        self._sleep, self._retry_delay = sleep, retry_delay
+        self.ready = asyncio.Event()      # set once the first complete LIST is in the sink
+        self.resource_version: str | None = None
+        self.lists = 0                    # LISTs done (1 + relists after 410)
+        self.events = 0                   # watch events handed to the sink
+
+    def _params(self) -> dict[str, str]:
+        return {"labelSelector": self.resource.label_selector} if self.resource.label_selector else {}
+
+    async def list(self) -> None:
+        """One consistent paginated LIST into the sink; what the sink knew and the LIST lacks is DELETED."""
+        headers = {"Accept": PARTIAL_LIST} if self.resource.metadata_only else None
+        seen: set[str] = set()
+        cont: str | None = None
+        before = set(self.known())
+        while True:
+            params = {**self._params(), "limit": str(self.page_size)}
+            if cont:
+                params["continue"] = cont
+            page = await self.http.get(self.resource.path, params, headers)
+            for item in page.get("items") or []:
+                seen.add(self.resource.key(item))
+                self.sink("ADDED", item)
+            meta = page.get("metadata") or {}
+            cont = meta.get("continue")
+            if not cont:
+                self.resource_version = meta.get("resourceVersion")
+                break
+        for key in before - seen:
+            ns, _, name = key.rpartition("/")
+            self.sink("DELETED", {"metadata": {"namespace": ns, "name": name} if ns else {"name": name}})
+        self.lists += 1
+        self.ready.set()
+
+    async def _watch(self) -> None:
+        headers = {"Accept": PARTIAL_ONE} if self.resource.metadata_only else None
+        params = {**self._params(), "resourceVersion": self.resource_version or "", "allowWatchBookmarks": "true",
+                  "timeoutSeconds": str(self.watch_timeout)}
+        async for event in self.http.watch(self.resource.path, params, headers, timeout=self.watch_timeout + 30):
+            kind = event.get("type")
+            obj = event.get("object") or {}
+            if kind == "ERROR":
+                raise ApiStatus(status_code(event) or 500, str(obj.get("message", "")))
+            rv = (obj.get("metadata") or {}).get("resourceVersion")
+            if rv:
+                self.resource_version = rv
+            if kind in ("ADDED", "MODIFIED", "DELETED"):
+                self.events += 1
+                self.sink(kind, obj)
+
+    async def run(self) -> None:
+        """List, then watch for ever; relist on 410 Gone; back off on errors (never give up)."""
+        failures = 0
+        need_list = True
+        while True:
+            try:
+                if need_list:
+                    await self.list()
+                    need_list = False
+                await self._watch()
+                failures = 0
+            except asyncio.CancelledError:
+                raise
+            except ApiStatus as exc:
+                need_list = need_list or exc.code == 410
+                if exc.code != 410:
+                    failures += 1
+                    log.warning("%s: %s; retrying", self.name, exc)
+                    await self._sleep(self._retry_delay(failures))
+            except (k.Forbidden, OSError, asyncio.TimeoutError, ValueError, Exception) as exc:  # noqa: B014
+                failures += 1
+                log.warning("%s: %s: %s; retrying", self.name, type(exc).__name__, exc)
+                await self._sleep(self._retry_delay(failures))
