@@ -2,16 +2,16 @@
 
 Both are fed by one cluster-wide watch per kind (`apply` per event, `load` for the initial
 list) and read by name, by label match and per namespace. They keep only the fields the
-operator needs: a Namespace is (name, labels, terminating), a Pod is the compact dict
-`compact_pod` returns. How they are fed can change without changing their readers.
+operator needs: a Namespace is (name, labels, terminating), a Pod a `PodRecord`. How they are fed can change without changing their readers.
 """
 
 from __future__ import annotations
 
 from typing import Iterable, Iterator
 
-from ..api.keys import ANNOTATION_PREFIX
+from ..adapters.quantity import parse_quantity
 from ..api.spec import SandboxNamespaces
+from ..core.placement import PodRecord, decode_pod
 from ..core.scope import NamespaceInfo, namespace_matches
 
 
@@ -64,69 +64,52 @@ class NamespaceCache:
                 if i.name and not i.terminating and namespace_matches(spec, i.name, i.labels)}
 
 
-def compact_pod(pod: dict) -> dict:
-    """The fields placement reads, nothing else (a few hundred bytes per pod)."""
-    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
-
-    def resources(containers: list | None) -> list[dict]:
-        return [{"name": c.get("name"), "resources": c.get("resources") or {}} for c in containers or []]
-
-    annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k.startswith(ANNOTATION_PREFIX)}
-    out_spec = {"containers": resources(spec.get("containers")), "initContainers": resources(spec.get("initContainers"))}
-    for key in ("schedulerName", "terminationGracePeriodSeconds", "nodeName"):
-        if key in spec:
-            out_spec[key] = spec[key]
-    return {
-        "metadata": {k: meta.get(k) for k in ("namespace", "name", "uid", "creationTimestamp")} | {"annotations": annotations},
-        "spec": out_spec,
-        "status": {"phase": (pod.get("status") or {}).get("phase")},
-    }
-
-
-def pod_key(pod: dict) -> str:
-    meta = pod["metadata"]
-    return f"{meta.get('namespace')}/{meta.get('name')}"
+def pod_key(pod: PodRecord) -> tuple[str, str]:
+    return (pod.namespace, pod.name)
 
 
 class PodCache:
-    def __init__(self) -> None:
-        self._pods: dict[str, dict] = {}               # namespace/name -> compact pod
-        self._by_namespace: dict[str, set[str]] = {}   # namespace -> keys
+    """Sandbox pods as `PodRecord`s (decoded once: resources reduced to hazards), by namespace/name."""
 
-    def apply(self, event_type: str | None, body: dict) -> list[tuple[str, dict]]:
-        """Record one watch event; the changes it makes, as (ADDED | MODIFIED | DELETED, compact pod).
+    def __init__(self) -> None:
+        self._pods: dict[tuple[str, str], PodRecord] = {}
+        self._by_namespace: dict[str, set[str]] = {}   # namespace -> pod names
+
+    def apply(self, event_type: str | None, body: dict) -> list[tuple[str, PodRecord]]:
+        """Record one watch event; the changes it makes, as (ADDED | MODIFIED | DELETED, record).
 
         A DELETED carries the pod as last stored (a relist tombstone has only namespace and name);
         a namesake with a new uid replaces the old pod: DELETED old, then ADDED new.
         """
-        pod = compact_pod(body)
-        key, ns = pod_key(pod), pod["metadata"]["namespace"]
+        pod = decode_pod(body, parse_quantity)
+        key = pod_key(pod)
         old = self._pods.get(key)
         if event_type == "DELETED":
             if old is None:
                 return []
             del self._pods[key]
-            keys = self._by_namespace.get(ns)
-            if keys is not None:
-                keys.discard(key)
-                if not keys:  # sandbox namespaces come and go: drop their empty entries
-                    del self._by_namespace[ns]
+            names = self._by_namespace.get(pod.namespace)
+            if names is not None:
+                names.discard(pod.name)
+                if not names:  # sandbox namespaces come and go: drop their empty entries
+                    del self._by_namespace[pod.namespace]
             return [("DELETED", old)]
         self._pods[key] = pod
-        self._by_namespace.setdefault(ns, set()).add(key)
+        self._by_namespace.setdefault(pod.namespace, set()).add(pod.name)
         if old is None:
             return [("ADDED", pod)]
-        if old["metadata"].get("uid") != pod["metadata"].get("uid"):
+        if old.uid != pod.uid:
             return [("DELETED", old), ("ADDED", pod)]
         return [("MODIFIED", pod)]
 
-    def keys(self) -> Iterable[str]:
-        return self._pods.keys()
+    def keys(self) -> Iterator[str]:
+        """namespace/name of every pod (what a relist compares with)."""
+        return (f"{ns}/{name}" for ns, name in self._pods)
 
-    def in_namespace(self, namespace: str) -> list[dict]:
-        return [self._pods[k] for k in self._by_namespace.get(namespace, ())]
+    def in_namespace(self, namespace: str) -> list[PodRecord]:
+        return [self._pods[(namespace, n)] for n in self._by_namespace.get(namespace, ())]
 
-    def __iter__(self) -> Iterator[dict]:
+    def __iter__(self) -> Iterator[PodRecord]:
         return iter(self._pods.values())
 
     def __len__(self) -> int:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from ..adapters.quantity import parse_quantity
 from ..api.keys import PARTITION_ANNOTATION
 from ..core import grace, placement
 from ..core.compose import Part
@@ -28,13 +27,13 @@ def expectations(state: BindingState, d: Discovery) -> PodExpectations:
                            selector=repr(selector.wire()) if selector else None)
 
 
-def _facts(state: BindingState, pod: dict) -> placement.PodFacts:
+def _facts(state: BindingState, pod: placement.PodRecord) -> placement.PodFacts:
     e = state.placement.expectations
     if e is None:
         return placement.observe_pod(pod, scheduler_name=None, partition=state.spec.partition if state.spec else None,
-                                     pinned={}, kill_wait=None, quantity=parse_quantity)
+                                     pinned={}, kill_wait=None)
     return placement.observe_pod(pod, scheduler_name=e.scheduler_name, partition=e.partition, pinned=dict(e.pinned),
-                                 kill_wait=e.kill_wait, quantity=parse_quantity)
+                                 kill_wait=e.kill_wait)
 
 
 def _belongs(ctx: Context, state: BindingState, namespace: str) -> bool:
@@ -50,7 +49,7 @@ def set_expectations(ctx: Context, state: BindingState, d: Discovery) -> None:
     tracker = state.placement.tracker
     tracker.clear()
     for pod in ctx.pods:
-        if _belongs(ctx, state, pod["metadata"]["namespace"]):
+        if _belongs(ctx, state, pod.namespace):
             tracker.apply("ADDED", _facts(state, pod))
 
 
@@ -66,9 +65,10 @@ def refresh_namespace(ctx: Context, state: BindingState, namespace: str) -> bool
     return changed
 
 
-def observe(ctx: Context, kind: str, pod: dict) -> Iterator[tuple[BindingState, placement.PodFacts, frozenset[str]]]:
+def observe(ctx: Context, kind: str, pod: placement.PodRecord
+            ) -> Iterator[tuple[BindingState, placement.PodFacts, frozenset[str]]]:
     """One pod event (already in the cache): each binding whose aggregate changed, with new hazards."""
-    ns = pod["metadata"]["namespace"]
+    ns = pod.namespace
     for state in ctx.bindings:
         if not _belongs(ctx, state, ns):
             continue

@@ -8,6 +8,7 @@ cluster with 10k sandbox pods costs a few MB and a summary is one linear pass.
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -131,6 +132,95 @@ def _describe(value: str | None) -> str:
     return repr(value) if value is not None else "unset"
 
 
+@dataclass(frozen=True, slots=True)
+class PodRecord:
+    """What is kept of one sandbox pod: decoded once when it arrives, judged per binding.
+
+    A few hundred bytes: the resources are reduced to the hazards they show, the annotations to
+    the sunk.coreweave.com/ ones.
+    """
+
+    namespace: str
+    name: str
+    uid: str
+    created: str | None
+    created_ts: float | None
+    phase: str | None
+    scheduler_name: str | None
+    node_name: str | None
+    grace: int
+    annotations: tuple[tuple[str, Any], ...]
+    resource_hazards: frozenset[str]
+    error: str | None = None
+
+    @property
+    def ref(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    def annotation(self, key: str) -> Any:
+        for k, v in self.annotations:
+            if k == key:
+                return v
+        return None
+
+
+def _str_or_none(v: Any) -> str | None:
+    return v if isinstance(v, str) else None
+
+
+def decode_pod(pod: Any, quantity: QuantityParser) -> PodRecord:
+    """The record of a pod object (raw camelCase, as the API server sends it)."""
+    if not isinstance(pod, Mapping):
+        return PodRecord("", "", "", None, None, None, None, None, DEFAULT_GRACE_SECONDS, (), _NO_HAZARDS,
+                         error=f"pod must be a mapping, got {type(pod).__name__}")
+    meta, spec, status = _mapping(pod.get("metadata")), _mapping(pod.get("spec")), _mapping(pod.get("status"))
+    error = None
+    grace_raw = spec.get("terminationGracePeriodSeconds", DEFAULT_GRACE_SECONDS)
+    if grace_raw is None:
+        grace_raw = DEFAULT_GRACE_SECONDS
+    if isinstance(grace_raw, int) and not isinstance(grace_raw, bool):
+        grace = grace_raw
+    else:
+        error = f"terminationGracePeriodSeconds {grace_raw!r} is not an integer; assuming {DEFAULT_GRACE_SECONDS}"
+        grace = DEFAULT_GRACE_SECONDS
+    containers = spec.get("containers") if isinstance(spec.get("containers"), list) else []
+    inits = spec.get("initContainers") if isinstance(spec.get("initContainers"), list) else []
+    hazards = _container_hazards(containers, inits, quantity)
+    annotations = tuple(sorted((k, v) for k, v in _mapping(meta.get("annotations")).items()
+                               if isinstance(k, str) and k.startswith(ANNOTATION_PREFIX)))
+    created = _str_or_none(meta.get("creationTimestamp"))
+    return PodRecord(
+        namespace=sys.intern(str(meta.get("namespace") or "")),
+        name=str(meta.get("name") or ""),
+        uid=str(meta.get("uid") or ""),
+        created=created,
+        created_ts=parse_time(created),
+        phase=_intern(_str_or_none(status.get("phase"))),
+        scheduler_name=_intern(_str_or_none(spec.get("schedulerName"))),
+        node_name=_str_or_none(spec.get("nodeName")),
+        grace=grace,
+        annotations=annotations,
+        resource_hazards=_interned_hazards(hazards),
+        error=error,
+    )
+
+
+def _intern(s: str | None) -> str | None:
+    return sys.intern(s) if s is not None else None
+
+
+# Every combination of the known hazards, built once: pods share these few frozensets.
+_CANONICAL_HAZARDS: Mapping[frozenset[str], frozenset[str]] = {
+    fs: fs for fs in (frozenset(h for i, h in enumerate(HAZARDS) if mask >> i & 1) for mask in range(2 ** len(HAZARDS)))
+}
+
+
+def _interned_hazards(hazards: set[str]) -> frozenset[str]:
+    """One frozenset object per distinct combination, not one per pod."""
+    key = frozenset(hazards)
+    return _CANONICAL_HAZARDS.get(key, key)
+
+
 def observe_pod(
     pod: Any,
     *,
@@ -138,67 +228,51 @@ def observe_pod(
     partition: str | None,
     pinned: Mapping[str, str],
     kill_wait: int | None,
-    quantity: QuantityParser,
+    quantity: QuantityParser | None = None,
 ) -> PodFacts:
     """Facts about one sandbox pod against what the policy should have given it.
 
-    `partition` is the expected partition (spec.partition); `pinned` the other pinned
-    annotations by full key; `quantity` parses resource quantities. A None `scheduler_name` (not discovered yet) is not compared.
+    `pod` is a PodRecord, or a raw pod object (then decoded with `quantity`). `partition` is the
+    expected partition (spec.partition); `pinned` the other pinned annotations by full key. A
+    None `scheduler_name` (not discovered yet) is not compared.
     """
-    if not isinstance(pod, Mapping):
+    if not isinstance(pod, PodRecord):
+        if quantity is None:
+            raise TypeError("observe_pod needs a quantity parser to decode a raw pod")
+        pod = decode_pod(pod, quantity)
+    if pod.error and not pod.namespace and not pod.name:
         return PodFacts("", "", "", None, None, None, None, None, DEFAULT_GRACE_SECONDS, None, _NO_HAZARDS,
-                        error=f"pod must be a mapping, got {type(pod).__name__}")
-    meta, spec, status = _mapping(pod.get("metadata")), _mapping(pod.get("spec")), _mapping(pod.get("status"))
-    annotations = _mapping(meta.get("annotations"))
-    errors: list[str] = []
-
-    grace_raw = spec.get("terminationGracePeriodSeconds", DEFAULT_GRACE_SECONDS)
-    if grace_raw is None:
-        grace_raw = DEFAULT_GRACE_SECONDS
-    if isinstance(grace_raw, int) and not isinstance(grace_raw, bool):
-        grace = grace_raw
-    else:
-        errors.append(f"terminationGracePeriodSeconds {grace_raw!r} is not an integer; assuming {DEFAULT_GRACE_SECONDS}")
-        grace = DEFAULT_GRACE_SECONDS
-
-    pod_scheduler = spec.get("schedulerName") if isinstance(spec.get("schedulerName"), str) else None
-    pod_partition = annotations.get(PARTITION_ANNOTATION) if isinstance(annotations.get(PARTITION_ANNOTATION), str) else None
-
+                        error=pod.error)
     differences: list[str] = []
-    if scheduler_name is not None and pod_scheduler != scheduler_name:
-        differences.append(f"spec.schedulerName is {_describe(pod_scheduler)}, expected {scheduler_name!r}")
+    if scheduler_name is not None and pod.scheduler_name != scheduler_name:
+        differences.append(f"spec.schedulerName is {_describe(pod.scheduler_name)}, expected {scheduler_name!r}")
     expected = dict(pinned)
     if partition is not None:
         expected[PARTITION_ANNOTATION] = partition
     for key in sorted(expected):
-        have = annotations.get(key)
+        have = pod.annotation(key)
         if have != expected[key]:
-            differences.append(f"annotation {key} is {_describe(have if isinstance(have, str) else None)}, expected {expected[key]!r}")
-
-    containers = spec.get("containers") if isinstance(spec.get("containers"), list) else []
-    inits = spec.get("initContainers") if isinstance(spec.get("initContainers"), list) else []
-    hazards = _container_hazards(containers, inits, quantity)
+            differences.append(f"annotation {key} is {_describe(_str_or_none(have))}, expected {expected[key]!r}")
+    hazards = set(pod.resource_hazards)
     for key in (USER_ID_ANNOTATION, GROUP_ID_ANNOTATION):
-        value = annotations.get(key)
+        value = pod.annotation(key)
         if value is not None and not (isinstance(value, str) and value.isascii() and value.isdigit()):
             hazards.add(NON_NUMERIC_USER_ID)
-    if kill_wait is not None and not is_safe(grace, kill_wait):
+    if kill_wait is not None and not is_safe(pod.grace, kill_wait):
         hazards.add(GRACE_TOO_LONG)
-
-    created = meta.get("creationTimestamp") if isinstance(meta.get("creationTimestamp"), str) else None
     return PodFacts(
-        namespace=str(meta.get("namespace") or ""),
-        name=str(meta.get("name") or ""),
-        uid=str(meta.get("uid") or ""),
-        created=created,
-        created_ts=parse_time(created),
-        phase=status.get("phase") if isinstance(status.get("phase"), str) else None,
-        scheduler_name=pod_scheduler,
-        partition=pod_partition,
-        grace=grace,
+        namespace=pod.namespace,
+        name=pod.name,
+        uid=pod.uid,
+        created=pod.created,
+        created_ts=pod.created_ts,
+        phase=pod.phase,
+        scheduler_name=pod.scheduler_name,
+        partition=_str_or_none(pod.annotation(PARTITION_ANNOTATION)),
+        grace=pod.grace,
         mismatch="; ".join(differences) or None,
-        hazards=frozenset(hazards) if hazards else _NO_HAZARDS,
-        error="; ".join(errors) or None,
+        hazards=_interned_hazards(hazards),
+        error=pod.error,
     )
 
 
