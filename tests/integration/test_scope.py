@@ -101,6 +101,15 @@ def status_scope(kube, ns: str, name: str = "b") -> dict:
     return (kube.binding(ns, name).get("status") or {}).get("scope") or {}
 
 
+def ledger_entry(kube, ns: str, name: str = "b"):
+    """This binding's entry in the scope ledger the ConfigMap carries (None when absent)."""
+    from sunk_sandbox_operator.api.keys import SCOPE_LEDGER_ANNOTATION
+    from sunk_sandbox_operator.core import ledger
+
+    annotations = kube.core.read_namespaced_config_map(CM, ns).metadata.annotations or {}
+    return ledger.decode(annotations.get(SCOPE_LEDGER_ANNOTATION)).get(f"{ns}/{name}")
+
+
 class ConfigMapWatch:
     """Watches one ConfigMap in a thread; records when each namespace name first appears in the list."""
 
@@ -208,9 +217,11 @@ def test_burst_of_200_namespaces_few_writes_other_keys_survive(installed, operat
     assert final == sorted(final)
     installed.wait_condition(slurm_ns, "b", "ScopeSynced", "True", "Synced")
     st = wait_for(lambda: (s := status_scope(installed, slurm_ns)) and s.get("namespaceCount") == 202 and s, 10)
-    assert st["preexisting"] == ["admin-entry"]
-    assert set(st["added"]) == set(names) | {slurm_ns}
-    assert st["type"] == "namespace" and st["missing"] == []
+    entry = ledger_entry(installed, slurm_ns)  # the ledger travels in the ConfigMap, written with the list
+    assert entry.preexisting == ("admin-entry",)
+    assert set(entry.added) == set(names) | {slurm_ns}
+    assert st["addedCount"] == len(names) + 1 and "added" not in st  # status: counts, not every name
+    assert st["type"] == "namespace" and st["missing"] == [] and st["missingCount"] == 0
 
 
 def test_membership_follows_namespaces_and_admin_entries_stay(installed, operator, emulator, slurm_ns):
@@ -242,7 +253,7 @@ def test_membership_follows_namespaces_and_admin_entries_stay(installed, operato
     assert_stays(unrelated_not_listed, 1.0)
     final = listed(installed, slurm_ns)
     assert {"admin-before", "admin-after"} <= set(final)
-    assert status_scope(installed, slurm_ns)["preexisting"] == ["admin-before"]
+    assert ledger_entry(installed, slurm_ns).preexisting == ("admin-before",)
 
 
 def test_comma_separated_value_stays_comma_separated(installed, operator, emulator, slurm_ns):
@@ -337,6 +348,9 @@ def test_argocd_application_target(argocd_crd, operator, emulator, slurm_ns):
     assert obj["spec"]["source"]["chart"] == "slurm"
     cond = kube.wait_condition(slurm_ns, "b", "ScopeSynced", "True", "Synced")
     assert f"Application {slurm_ns}/slurm" in cond["message"]
+    from sunk_sandbox_operator.core import ledger  # the Application carries the ledger, patched with the list
+    entry = ledger.decode(obj["metadata"]["annotations"]["sunksandbox.dev/scope-ledger"]).get(f"{slurm_ns}/b")
+    assert set(entry.added) == {f"{p}-a", f"{p}-b"} and entry.preexisting == ("admin-x",)
     # The ConfigMap is not the target: untouched.
     assert "namespaces" not in conf(kube, slurm_ns)["scheduler"]["scope"]
 
@@ -471,7 +485,8 @@ def test_observe_mode_reports_pending_and_writes_nothing(installed, operator, em
     cond = installed.wait_condition(slurm_ns, "b", "ScopeSynced", "False", "Pending")
     assert "2 sandbox namespace(s)" in cond["message"] and "Observe" in cond["message"]
     st = status_scope(installed, slurm_ns)
-    assert st["missing"] == [f"{p}-a", f"{p}-b"] and st["added"] == []
+    assert st["missing"] == [f"{p}-a", f"{p}-b"] and st["missingCount"] == 2 and st["addedCount"] == 0
+    assert ledger_entry(installed, slurm_ns) is None  # Observe writes nothing, not even the ledger
     installed.create_namespace(f"{p}-c")
     wait_for(lambda: "3 sandbox namespace(s)" in installed.condition(slurm_ns, "b", "ScopeSynced")["message"], 10)
     assert rv(installed, slurm_ns) == before
@@ -498,6 +513,7 @@ def test_delete_with_restore_removes_only_what_we_added(installed, operator, emu
     wait_for(gone, 30)
     assert sorted(listed(installed, slurm_ns)) == sorted(["admin-pre", slurm_ns])
     assert ours(installed, slurm_ns) == {}
+    assert ledger_entry(installed, slurm_ns) is None  # the ledger entry left with our names, in the same write
 
 
 def test_forbidden_cluster_role_is_reported(installed, operator, emulator, slurm_ns):

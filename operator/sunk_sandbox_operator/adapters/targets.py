@@ -9,13 +9,17 @@ entry in `KINDS`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..api.reasons import ScopeSynced
 from ..api.keys import SCHEDULER_CONFIGMAP_LABEL
 from ..api.spec import BindingSpec
+from ..api.keys import SCOPE_LEDGER_ANNOTATION
 from ..core import scope_doc
+from ..core.ledger import Ledger
+from ..core.ledger import decode as decode_ledger
+from ..core.ledger import encode as encode_ledger
 from . import kube as k
 
 
@@ -29,6 +33,21 @@ class TargetProblem(Exception):
 class TargetRead:
     list: scope_doc.ListRead
     obj: dict                 # the object as read: its resourceVersion is the write precondition
+    ledger: Ledger = field(default_factory=Ledger)
+
+
+def _ledger(obj: dict) -> Ledger:
+    return decode_ledger(((obj.get("metadata") or {}).get("annotations") or {}).get(SCOPE_LEDGER_ANNOTATION))
+
+
+def _annotations_with(obj: dict, ledger: Ledger) -> dict:
+    annotations = dict((obj.get("metadata") or {}).get("annotations") or {})
+    value = encode_ledger(ledger)
+    if value is None:
+        annotations.pop(SCOPE_LEDGER_ANNOTATION, None)
+    else:
+        annotations[SCOPE_LEDGER_ANNOTATION] = value
+    return annotations
 
 
 class ScopeTarget(Protocol):
@@ -39,11 +58,26 @@ class ScopeTarget(Protocol):
 
     async def read(self) -> TargetRead: ...
 
-    async def write(self, read: TargetRead, values: list[str]) -> None: ...
+    async def write(self, read: TargetRead, values: list[str] | None, ledger: Ledger) -> None:
+        """The new list (None: unchanged) and the new ledger, in one request."""
+        ...
 
 
 def _forbidden(what: str, verb: str, exc: Exception) -> TargetProblem:
     return TargetProblem(ScopeSynced.FORBIDDEN, f"the operator may not {verb} {what}: {exc}")
+
+
+def _parse(memo: dict | None, obj: dict, fingerprint: tuple, parse) -> scope_doc.ListRead:
+    """Parse the document once per object version: an unchanged target is never re-parsed."""
+    meta = obj.get("metadata") or {}
+    version = (meta.get("uid"), meta.get("resourceVersion"), *fingerprint)
+    if memo is not None and version[1] and memo.get("version") == version:
+        return memo["read"]
+    read = parse()
+    if memo is not None:
+        memo.clear()
+        memo.update(version=version, read=read)
+    return read
 
 
 class ConfigMapTarget:
@@ -52,8 +86,9 @@ class ConfigMapTarget:
     kind = "ConfigMap"
     can_roll = True
 
-    def __init__(self, kube: k.Kube, namespace: str, name: str, key: str, path: str) -> None:
+    def __init__(self, kube: k.Kube, namespace: str, name: str, key: str, path: str, memo: dict | None = None) -> None:
         self.kube, self.namespace, self.name, self.key, self.path = kube, namespace, name, key, path
+        self.memo = memo
 
     def describe(self) -> str:
         return f"ConfigMap {self.namespace}/{self.name} key {self.key} at {self.path}"
@@ -70,14 +105,19 @@ class ConfigMapTarget:
         if self.key not in data:
             raise TargetProblem(ScopeSynced.TARGET_NOT_FOUND, f"ConfigMap {self.namespace}/{self.name} has no key "
                                 f"{self.key}: fix spec.scope.target.configMap.key")
-        return TargetRead(scope_doc.read_list(data[self.key], self.path), obj)
+        text = data[self.key]
+        return TargetRead(_parse(self.memo, obj, (self.key, self.path), lambda: scope_doc.read_list(text, self.path)),
+                          obj, _ledger(obj))
 
-    async def write(self, read: TargetRead, values: list[str]) -> None:
-        try:
-            text = scope_doc.write_list(read.obj["data"][self.key], self.path, values, read.list.style)
-        except ValueError as exc:
-            raise TargetProblem(ScopeSynced.INVALID_CONFIG, f"{self.describe()}: {exc}") from None
-        body = {**read.obj, "data": {**read.obj["data"], self.key: text}}
+    async def write(self, read: TargetRead, values: list[str] | None, ledger: Ledger) -> None:
+        data = read.obj["data"]
+        if values is not None:
+            try:
+                data = {**data, self.key: scope_doc.write_list(data[self.key], self.path, values, read.list.style)}
+            except ValueError as exc:
+                raise TargetProblem(ScopeSynced.INVALID_CONFIG, f"{self.describe()}: {exc}") from None
+        meta = {**read.obj["metadata"], "annotations": _annotations_with(read.obj, ledger)}
+        body = {**read.obj, "metadata": meta, "data": data}
         try:
             await self.kube.replace_configmap(self.namespace, self.name, body)
         except k.Forbidden as exc:
@@ -95,8 +135,9 @@ class ApplicationTarget:
     kind = "Application"
     can_roll = False  # Argo CD re-renders the chart, and the chart's checksum annotation rolls the scheduler
 
-    def __init__(self, kube: k.Kube, namespace: str, name: str, path: str) -> None:
+    def __init__(self, kube: k.Kube, namespace: str, name: str, path: str, memo: dict | None = None) -> None:
         self.kube, self.namespace, self.name, self.path = kube, namespace, name, path
+        self.memo = memo
 
     def describe(self) -> str:
         return f"Application {self.namespace}/{self.name} at spec.source.helm.valuesObject.{self.path}"
@@ -118,12 +159,16 @@ class ApplicationTarget:
                                     "single-source Application")
             raise TargetProblem(ScopeSynced.INVALID_CONFIG, f"Application {self.namespace}/{self.name} has no spec.source")
         helm = source.get("helm") if isinstance(source.get("helm"), dict) else {}
-        return TargetRead(scope_doc.read_list_obj(helm.get("valuesObject"), self.path), obj)
+        values = helm.get("valuesObject")
+        return TargetRead(_parse(self.memo, obj, (self.path,), lambda: scope_doc.read_list_obj(values, self.path)),
+                          obj, _ledger(obj))
 
-    async def write(self, read: TargetRead, values: list[str]) -> None:
-        patch = {"metadata": {"resourceVersion": read.obj["metadata"]["resourceVersion"]},
-                 "spec": {"source": {"helm": {"valuesObject": scope_doc.set_path_patch(self.path, values,
-                                                                                      read.list.style)}}}}
+    async def write(self, read: TargetRead, values: list[str] | None, ledger: Ledger) -> None:
+        patch: dict = {"metadata": {"resourceVersion": read.obj["metadata"]["resourceVersion"],
+                                    "annotations": {SCOPE_LEDGER_ANNOTATION: encode_ledger(ledger)}}}
+        if values is not None:
+            patch["spec"] = {"source": {"helm": {"valuesObject": scope_doc.set_path_patch(self.path, values,
+                                                                                          read.list.style)}}}
         try:
             await self.kube.merge_patch_application(self.namespace, self.name, patch)
         except k.Forbidden as exc:
@@ -135,7 +180,8 @@ class ApplicationTarget:
                                 f"the API server refused the write to {self.describe()}: {exc}") from None
 
 
-def _configmap(kube: k.Kube, spec: BindingSpec, scheduler_namespace: str, discovered_name: str | None) -> ScopeTarget:
+def _configmap(kube: k.Kube, spec: BindingSpec, scheduler_namespace: str, discovered_name: str | None,
+               memo: dict | None) -> ScopeTarget:
     t = spec.scope.target.config_map
     name = t.name or discovered_name
     if not name:
@@ -144,17 +190,20 @@ def _configmap(kube: k.Kube, spec: BindingSpec, scheduler_namespace: str, discov
                             f"no ConfigMap labelled {key}={value} with key {t.key} in {scheduler_namespace}: set "
                             "spec.scope.target.configMap.name, or use target kind ArgoCDApplication when the list "
                             "lives in the Slurm chart's Helm values")
-    return ConfigMapTarget(kube, scheduler_namespace, name, t.key, t.path)
+    return ConfigMapTarget(kube, scheduler_namespace, name, t.key, t.path, memo)
 
 
-def _application(kube: k.Kube, spec: BindingSpec, scheduler_namespace: str, discovered_name: str | None) -> ScopeTarget:
+def _application(kube: k.Kube, spec: BindingSpec, scheduler_namespace: str, discovered_name: str | None,
+                 memo: dict | None) -> ScopeTarget:
     t = spec.scope.target.application
-    return ApplicationTarget(kube, t.namespace, t.name, t.path)
+    return ApplicationTarget(kube, t.namespace, t.name, t.path, memo)
 
 
 # spec.scope.target.kind → how to build the target.
 KINDS: dict[str, Any] = {"SchedulerConfigMap": _configmap, "ArgoCDApplication": _application}
 
 
-def for_spec(kube: k.Kube, spec: BindingSpec, scheduler_namespace: str, discovered_configmap: str | None) -> ScopeTarget:
-    return KINDS[spec.scope.target.kind](kube, spec, scheduler_namespace, discovered_configmap)
+def for_spec(kube: k.Kube, spec: BindingSpec, scheduler_namespace: str, discovered_configmap: str | None,
+             memo: dict | None = None) -> ScopeTarget:
+    """The target the spec names; `memo` (kept by the caller between syncs) saves re-parsing it."""
+    return KINDS[spec.scope.target.kind](kube, spec, scheduler_namespace, discovered_configmap, memo)

@@ -62,11 +62,11 @@ class ScopeStatus(_Status):
     type: Optional[str] = Field(default=None, description="Scope type found: namespace or cluster.")
     namespace_count: Optional[int] = Field(default=None, description="Namespaces in the list.")
     missing: list[str] = Field(default_factory=list, description="First few sandbox namespaces not yet in the list.")
+    missing_count: Optional[int] = Field(default=None, description="Sandbox namespaces not yet in the list.")
+    added_count: Optional[int] = Field(
+        default=None, description="Entries this binding added (the full list is the target's "
+        "sunksandbox.dev/scope-ledger annotation, written with the list).")
     last_sync_time: Optional[str] = Field(default=None, description="When the list was last written or confirmed.")
-    preexisting: Optional[list[str]] = Field(
-        default=None, description="Entries present before the operator first wrote; never removed by it."
-    )
-    added: list[str] = Field(default_factory=list, description="Namespaces the operator added to the list.")
 
 
 class Mismatch(_Status):

@@ -5,7 +5,8 @@ read's precondition (`retry.optimistic`) → roll the scheduler and keep grants 
 → report ScopeSynced and status.scope.
 
 Signals, per binding, go through one `Coalescer`:
-- namespace watch events (`on_namespace`) fold a burst into one write after `scope_window_seconds`;
+- namespace watch events (`on_namespace`) start a write at once; what arrives while it is in flight
+  is folded into the next one (group commit), at most `scope_max_writes_per_second`;
 - a Pending sandbox pod naming our scheduler in a matching namespace outside the list
   (`on_sandbox_pod`) syncs at once: that pod is stuck until the scheduler watches its namespace;
 - the binding's reconcile loop calls `sync` at every resync (drift correction).
@@ -24,6 +25,7 @@ from ..api.keys import SCOPE_HASH_ANNOTATION
 from ..api.reasons import ScopeSynced
 from ..core import scope as sc
 from ..core.compose import Part
+from ..core.ledger import Entry
 from ..core.scope import NamespaceInfo
 from . import grants, placement, retry
 from .coalescer import Coalescer
@@ -48,7 +50,9 @@ def memory(ctx: Context, state: BindingState) -> ScopeMemory:
         state.scope = ScopeMemory(
             preexisting=sorted(pre) if isinstance(pre, list) else None,
             added=sorted(a for a in section.get("added") or [] if isinstance(a, str)),
-            syncer=Coalescer(run, window=lambda: ctx.config.scope_window_seconds, clock=ctx.monotonic,
+            syncer=Coalescer(run, window=lambda: ctx.config.scope_window_seconds,
+                             min_interval=lambda: 1.0 / max(ctx.config.scope_max_writes_per_second, 0.01),
+                             clock=ctx.monotonic,
                              sleep=ctx.sleep, name=f"scope sync of {state.ref}"),
         )
     return state.scope
@@ -200,14 +204,23 @@ async def _sync(ctx: Context, state: BindingState, mem: ScopeMemory, *, periodic
         return _error_part(ctx, state, ScopeSynced.ERROR, f"scope sync failed: {exc}; retrying", status="Unknown")
 
 
+def _ours(state: BindingState, read: targets.TargetRead, mem: ScopeMemory) -> Entry:
+    """What this binding owns in the list: the target's ledger; before the first ledger write (an
+    upgrade from a version that kept it in status), what status.scope recorded."""
+    entry = read.ledger.get(state.ref)
+    if entry is not None:
+        return entry
+    return Entry(tuple(mem.added), tuple(mem.preexisting) if mem.preexisting is not None else None)
+
+
 def _observation(state: BindingState, target: targets.ScopeTarget, read: targets.TargetRead, sandbox: set[str],
                  mem: ScopeMemory) -> sc.ScopeObservation:
     spec = state.spec
+    ours = _ours(state, read, mem)
     return sc.ScopeObservation(
         target=target.describe(), values=read.list.values, scope_type=read.list.scope_type, error=read.list.error,
         sandbox=frozenset(sandbox), always=tuple(spec.scope.always_include),
-        preexisting=tuple(mem.preexisting) if mem.preexisting is not None else None, added=tuple(mem.added),
-        observe=spec.mode == "Observe")
+        preexisting=ours.preexisting, added=ours.added, observe=spec.mode == "Observe")
 
 
 async def _sync_inner(ctx: Context, state: BindingState, mem: ScopeMemory, periodic: bool,
@@ -216,7 +229,7 @@ async def _sync_inner(ctx: Context, state: BindingState, mem: ScopeMemory, perio
     if not ctx.namespaces.ready:
         return _error_part(ctx, state, ScopeSynced.NAMESPACES_NOT_LOADED, "namespaces are not listed yet",
                            status="Unknown")
-    target = targets.for_spec(ctx.kube, spec, d.namespace, d.configmap_name)
+    target = targets.for_spec(ctx.kube, spec, d.namespace, d.configmap_name, mem.parsed)
 
     async def attempt(_: int) -> tuple[sc.ScopeObservation, sc.ListDecision]:
         sandbox = _sandbox_set(ctx, state, mem)
@@ -224,7 +237,9 @@ async def _sync_inner(ctx: Context, state: BindingState, mem: ScopeMemory, perio
         obs = _observation(state, target, read, sandbox, mem)
         decision = sc.decide_list(obs)
         if decision.write is not None:
-            await target.write(read, decision.write)
+            # The ledger entry travels in the same request as the list: a crash cannot split them.
+            entry = Entry(tuple(decision.added), tuple(decision.preexisting or ()))
+            await target.write(read, decision.write, read.ledger.with_entry(state.ref, entry))
         return obs, decision
 
     obs, decision = await retry.optimistic(attempt, lost_race=lambda e: isinstance(e, k.Conflict),
@@ -319,15 +334,16 @@ async def restore(ctx: Context, state: BindingState, discover) -> None:
 
 async def _restore_target(ctx: Context, state: BindingState, mem: ScopeMemory) -> None:
     spec, d = state.spec, state.discovery
-    target = targets.for_spec(ctx.kube, spec, d.namespace, d.configmap_name)
+    target = targets.for_spec(ctx.kube, spec, d.namespace, d.configmap_name, mem.parsed)
 
     async def attempt(_: int) -> sc.ScopePlan | None:
         read = await target.read()
         if read.list.error or read.list.scope_type == "cluster":
             return None
-        p = sc.restore_plan(list(read.list.values or []), spec.scope.always_include, mem.preexisting, mem.added)
-        if p.changed:
-            await target.write(read, p.new_list)
+        ours = _ours(state, read, mem)
+        p = sc.restore_plan(list(read.list.values or []), spec.scope.always_include, ours.preexisting, ours.added)
+        if p.changed or read.ledger.get(state.ref) is not None:
+            await target.write(read, p.new_list if p.changed else None, read.ledger.with_entry(state.ref, None))
         return p
 
     p = await retry.optimistic(attempt, lost_race=lambda e: isinstance(e, k.Conflict),

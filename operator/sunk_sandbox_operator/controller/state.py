@@ -46,6 +46,7 @@ class ScopeMemory:
     recheck_handle: asyncio.TimerHandle | None = None
     failures: int = 0                          # consecutive transient failures (retry backoff)
     retry_handle: asyncio.TimerHandle | None = None
+    parsed: dict = field(default_factory=dict)  # the target's list as last parsed, by object version
 
 
 @dataclass(frozen=True)

@@ -206,26 +206,22 @@ class ScopeReport:
 
 def section(prev: dict | None, ledger: ListDecision | None, *, now: str, error: bool = False,
             scope_type: str | None = None, count: int | None = None, missing: list[str] | None = None,
-            wrote: bool = False) -> dict:
-    """status.scope. lastSyncTime moves when the list was written or what we report changed, not
-    at every confirming resync (a status write per resync would be churn). On error, what was
-    last known about the list is kept."""
+            missing_count: int | None = None, wrote: bool = False) -> dict:
+    """status.scope: counts and the first few names, never every name (the full record of what we
+    added is the target's ledger). lastSyncTime moves when the list was written or what we report
+    changed, not at every confirming resync. On error, what was last known is kept."""
     prev = prev or {}
     if error:
-        new: dict[str, Any] = {k: prev[k] for k in ("type", "namespaceCount", "missing") if k in prev}
+        new: dict[str, Any] = {k: prev[k] for k in ("type", "namespaceCount", "missing", "missingCount", "addedCount")
+                               if k in prev}
     else:
         new = {"type": scope_type} if scope_type else {}
         if count is not None:
             new["namespaceCount"] = count
         new["missing"] = list(missing or [])
-    if ledger is not None:
-        if ledger.preexisting is not None:
-            new["preexisting"] = list(ledger.preexisting)
-        new["added"] = list(ledger.added)
-    else:
-        for key in ("preexisting", "added"):
-            if key in prev:
-                new[key] = prev[key]
+        new["missingCount"] = missing_count or 0
+        if ledger is not None:
+            new["addedCount"] = len(ledger.added)
     new = ScopeStatus.model_validate(new).wire()  # the model is the shape of status.scope
     unchanged = {k: v for k, v in prev.items() if k != "lastSyncTime"} == new
     if not error and (wrote or not unchanged or not prev.get("lastSyncTime")):
@@ -247,7 +243,7 @@ def report(obs: ScopeObservation, d: ListDecision, *, prev: dict | None, now: st
     final = set(d.final)
     count, missing = missing_summary(set(obs.sandbox) | set(obs.always), final, MISSING_LIMIT)
     sec = section(prev, d, now=now, scope_type=obs.scope_type or "namespace", count=len(final), missing=missing,
-                  wrote=wrote)
+                  missing_count=count, wrote=wrote)
     extra = (" " + " ".join(notes)) if notes else ""
     if problem is not None:
         return ScopeReport("False", problem[0], problem[1] + extra, sec)

@@ -155,8 +155,17 @@ def _loads_as(text: str) -> Any:
         return None
 
 
+# A plain scalar that starts with a letter can only resolve to a bool or null (ints, floats and
+# timestamps start with a digit, a sign or a dot), so these need no YAML load to be sure.
+_LETTER_START = re.compile(r"^[A-Za-z][A-Za-z0-9_./-]*$")
+_BOOL_OR_NULL = frozenset(w for base in ("yes", "no", "true", "false", "on", "off", "null")
+                          for w in (base, base.capitalize(), base.upper()))
+
+
 def _scalar(text: str, flow: bool, quote: str | None = None) -> str:
     """Render one string so it re-parses as that exact string (plain when unambiguous)."""
+    if quote is None and _LETTER_START.match(text) and text not in _BOOL_OR_NULL:
+        return text  # the common case (namespace names): no YAML load per name
     plain = _PLAIN_OK if flow else _PLAIN_OK_WITH_COMMAS
     if quote is None and plain.match(text) and _loads_as(text) == text:
         return text  # e.g. "true", "123", "2024-01-01" fail the round trip and get quoted

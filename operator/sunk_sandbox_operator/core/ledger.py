@@ -1,0 +1,78 @@
+"""The scope ledger: what each binding added to a target's list, carried by the target itself (pure).
+
+The ledger is an annotation on the target object (the scheduler's ConfigMap, the Argo CD
+Application), written in the same request as the list, so list and ledger change atomically:
+a crash can never leave an entry we added looking like an admin's. It survives losing the
+binding's status. Per binding (by namespace/name): the entries it added, and the entries that
+were there before its first write (never removed by it).
+
+Encoding: JSON; past `COMPRESS_OVER` bytes, `zlib:` + base64 of the zlib-compressed JSON, which
+keeps 10,000 names well under the API server's 256 KiB limit for all annotations together.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import zlib
+from dataclasses import dataclass, field
+from typing import Mapping
+
+VERSION = 1
+COMPRESS_OVER = 16 * 1024
+_ZLIB = "zlib:"
+
+
+@dataclass(frozen=True)
+class Entry:
+    added: tuple[str, ...] = ()
+    preexisting: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Ledger:
+    entries: Mapping[str, Entry] = field(default_factory=dict)  # binding namespace/name -> Entry
+    error: str | None = None                                      # the annotation was unreadable
+
+    def get(self, binding: str) -> Entry | None:
+        return self.entries.get(binding)
+
+    def with_entry(self, binding: str, entry: Entry | None) -> "Ledger":
+        """A copy with this binding's entry set (None: removed)."""
+        entries = dict(self.entries)
+        if entry is None:
+            entries.pop(binding, None)
+        else:
+            entries[binding] = entry
+        return Ledger(entries)
+
+
+def decode(text: str | None) -> Ledger:
+    if not text:
+        return Ledger()
+    try:
+        raw = text
+        if raw.startswith(_ZLIB):
+            raw = zlib.decompress(base64.b64decode(raw[len(_ZLIB):])).decode()
+        doc = json.loads(raw)
+        entries = {}
+        for binding, e in (doc.get("bindings") or {}).items():
+            pre = e.get("preexisting")
+            entries[str(binding)] = Entry(tuple(str(x) for x in e.get("added") or ()),
+                                          tuple(str(x) for x in pre) if isinstance(pre, list) else None)
+        return Ledger(entries)
+    except (ValueError, TypeError, AttributeError, zlib.error) as exc:
+        return Ledger(error=f"the ledger annotation is unreadable ({type(exc).__name__}); it is rebuilt")
+
+
+def encode(ledger: Ledger) -> str | None:
+    """The annotation value, or None when no binding has an entry (the annotation is removed)."""
+    if not ledger.entries:
+        return None
+    doc = {"version": VERSION, "bindings": {
+        b: {"added": sorted(e.added), **({"preexisting": sorted(e.preexisting)} if e.preexisting is not None else {})}
+        for b, e in sorted(ledger.entries.items())}}
+    text = json.dumps(doc, separators=(",", ":"))
+    if len(text) > COMPRESS_OVER:
+        return _ZLIB + base64.b64encode(zlib.compress(text.encode(), 9)).decode()
+    return text
