@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 # Local-only dev tools (devcluster, demo) are not in the wheel: run them from the source tree.
 DEVTOOLS := PYTHONPATH=operator $(BIN)/python -m sunk_sandbox_devtools
 
-.PHONY: setup binaries demo test unit integration e2e bench crd clean devcluster-up devcluster-down
+.PHONY: setup binaries demo test unit integration e2e bench bench-scale crd clean devcluster-up devcluster-down
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -48,3 +48,9 @@ devcluster-down:
 
 clean:
 	rm -rf $(VENV) .devcluster .pytest_cache .hypothesis
+
+# The scale benchmark (prints figures beside the goals; small by default). Full size, ~10 min on 2 cores:
+#   make bench-scale SCALE="--namespaces 10000 --pods 50000 --burst 1000 --churn 5000"
+SCALE ?=
+bench-scale: binaries
+	PYTHONPATH=operator $(BIN)/python -m tests.bench.scale $(SCALE)

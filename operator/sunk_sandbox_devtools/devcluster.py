@@ -350,7 +350,7 @@ class OperatorProcess:
     """`sunk-sandbox-operator run` as a subprocess with its own kubeconfig (as in production)."""
 
     def __init__(self, kubeconfig: Path, log_path: Path, env: dict[str, str] | None = None,
-                 args: tuple[str, ...] = (), timeout: float = 60.0) -> None:
+                 args: tuple[str, ...] = (), timeout: float = 60.0, verbose: bool = True) -> None:
         self.metrics_port = free_port()
         self.liveness_port = free_port()
         self.log_path = log_path
@@ -358,7 +358,7 @@ class OperatorProcess:
         full_env.update({"KUBECONFIG": str(kubeconfig), **(env or {})})
         self._log = open(log_path, "wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "sunk_sandbox_operator", "run", "--verbose",
+            [sys.executable, "-m", "sunk_sandbox_operator", "run", *(["--verbose"] if verbose else []),
              f"--metrics-port={self.metrics_port}",
              f"--liveness=http://127.0.0.1:{self.liveness_port}/healthz", *args],
             stdout=self._log, stderr=subprocess.STDOUT, env=full_env, start_new_session=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 
@@ -27,7 +28,8 @@ def _run(argv: list[str]) -> int:
     parser.add_argument("--log-format", choices=["plain", "full", "json"], default="full")
     parser.add_argument("--verbose", action="store_true")
     parser.add_argument("--scope-window", type=float, default=None,
-                        help="seconds to coalesce namespace changes into one scope write (default 0.2)")
+                        help="extra seconds to fold namespace changes into one scope write (default 0: write at "
+                        "once, fold what arrives during a write into the next)")
     args = parser.parse_args(argv)
     os.environ["SSB_METRICS_PORT"] = str(args.metrics_port)
     if args.scope_window is not None:
@@ -37,6 +39,10 @@ def _run(argv: list[str]) -> int:
 
     kopf.configure(verbose=args.verbose, log_format={
         "plain": kopf.LogFormat.PLAIN, "full": kopf.LogFormat.FULL, "json": kopf.LogFormat.JSON}[args.log_format])
+    if not args.verbose:
+        # kopf logs "Handler ... succeeded" at INFO for every binding event, our own status
+        # patches included: quiet by default, warnings and errors still show (--verbose: all).
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     from . import handlers  # noqa: F401  (registers the handlers)
 
     kopf.run(clusterwide=True, standalone=True, liveness_endpoint=args.liveness)

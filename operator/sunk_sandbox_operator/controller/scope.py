@@ -267,9 +267,14 @@ async def _sync_inner(ctx: Context, state: BindingState, mem: ScopeMemory, perio
     notes: list[str] = []
     problem: tuple[str, str] | None = None
     if not obs.observe:
-        if target.can_roll and spec.scope.restart_scheduler and (wrote or periodic):
+        mem.roll_due = mem.roll_due or wrote
+        # During a burst (more changes already signalled) the roll waits for the burst's last
+        # write: one scheduler restart per burst, and the next list write is not delayed by it.
+        burst_goes_on = not periodic and mem.syncer.pending
+        if target.can_roll and spec.scope.restart_scheduler and (mem.roll_due or periodic) and not burst_goes_on:
             try:
-                note = await roll(ctx, state, decision.final, wrote=wrote)
+                note = await roll(ctx, state, decision.final, wrote=mem.roll_due)
+                mem.roll_due = False
                 if note:
                     notes.append(note)
             except targets.TargetProblem as exc:

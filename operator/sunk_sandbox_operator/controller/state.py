@@ -47,6 +47,7 @@ class ScopeMemory:
     failures: int = 0                          # consecutive transient failures (retry backoff)
     retry_handle: asyncio.TimerHandle | None = None
     parsed: dict = field(default_factory=dict)  # the target's list as last parsed, by object version
+    roll_due: bool = False                     # we wrote the list and the scheduler has not been rolled onto it
 
 
 @dataclass(frozen=True)
