@@ -12,7 +12,7 @@ from typing import Iterable, Iterator
 from ..adapters.quantity import parse_quantity
 from ..api.spec import SandboxNamespaces
 from ..core.placement import PodRecord, decode_pod
-from ..core.scope import NamespaceInfo, namespace_matches
+from ..core.scope import Matcher, NamespaceInfo, compile_matcher, namespace_matches
 
 
 class NamespaceCache:
@@ -53,15 +53,15 @@ class NamespaceCache:
     def __len__(self) -> int:
         return len(self._infos)
 
-    def matches(self, spec: SandboxNamespaces, name: str) -> bool:
+    def matches(self, spec: SandboxNamespaces | Matcher, name: str) -> bool:
         """Whether `name` matches the selector/globs (labels from the cache; unknown: no labels)."""
         info = self._infos.get(name)
         return namespace_matches(spec, name, info.labels if info else {})
 
-    def belonging(self, spec: SandboxNamespaces) -> set[str]:
+    def belonging(self, spec: SandboxNamespaces | Matcher) -> set[str]:
         """Matching namespaces that are not terminating: the ones that belong in the list."""
-        return {i.name for i in self._infos.values()
-                if i.name and not i.terminating and namespace_matches(spec, i.name, i.labels)}
+        m = spec if isinstance(spec, Matcher) else compile_matcher(spec)
+        return {i.name for i in self._infos.values() if i.name and not i.terminating and m(i.name, i.labels)}
 
 
 def pod_key(pod: PodRecord) -> tuple[str, str]:

@@ -16,7 +16,7 @@ class Config:
     # into the next one (group commit). An optional extra window folds bursts further.
     scope_window_seconds: float = 0.0
     # At most this many scope writes per second per binding (bounded load on the API server).
-    scope_max_writes_per_second: float = 10.0
+    scope_max_writes_per_second: float = 50.0
     # At most one coalesced status patch per binding per this many seconds (pod churn).
     status_min_interval_seconds: float = 2.0
     # Minimum seconds between two Warning events of the same hazard on one binding.
@@ -39,7 +39,7 @@ class Config:
 def load() -> Config:
     return Config(
         scope_window_seconds=_float("SSB_SCOPE_WINDOW_SECONDS", 0.0),
-        scope_max_writes_per_second=_float("SSB_SCOPE_MAX_WRITES_PER_SECOND", 10.0),
+        scope_max_writes_per_second=_float("SSB_SCOPE_MAX_WRITES_PER_SECOND", 50.0),
         status_min_interval_seconds=_float("SSB_STATUS_MIN_INTERVAL_SECONDS", 2.0),
         hazard_event_interval_seconds=_float("SSB_HAZARD_EVENT_INTERVAL_SECONDS", 60.0),
         resync_jitter=_float("SSB_RESYNC_JITTER", 0.1),

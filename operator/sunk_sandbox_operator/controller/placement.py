@@ -37,7 +37,7 @@ def _facts(state: BindingState, pod: placement.PodRecord) -> placement.PodFacts:
 
 
 def _belongs(ctx: Context, state: BindingState, namespace: str) -> bool:
-    return state.spec is not None and ctx.namespaces.matches(state.spec.sandbox_namespaces, namespace)
+    return state.spec is not None and ctx.namespaces.matches(state.matcher, namespace)
 
 
 def set_expectations(ctx: Context, state: BindingState, d: Discovery) -> None:

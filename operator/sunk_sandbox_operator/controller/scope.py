@@ -75,7 +75,7 @@ def _member(ctx: Context, state: BindingState, info: NamespaceInfo | None) -> tu
     """(matches sandboxNamespaces, belongs: matches and not terminating)."""
     if info is None:
         return False, False
-    match = sc.namespace_matches(state.spec.sandbox_namespaces, info.name, info.labels)
+    match = state.matcher(info.name, info.labels)
     return match, match and not info.terminating
 
 
@@ -92,6 +92,11 @@ def on_namespace(ctx: Context, name: str, before: NamespaceInfo | None, after: N
         if not (matched_before or matched_now):
             continue
         mem = memory(ctx, state)
+        if mem.sandbox is not None:  # keep the membership set current: a sync need not scan every namespace
+            if now:
+                mem.sandbox.add(name)
+            else:
+                mem.sandbox.discard(name)
         known = mem.known_list
         if was != now or known is None or (now and name not in known) or (not now and name in mem.added):
             mem.syncer.signal(at=at)
@@ -111,7 +116,7 @@ def on_sandbox_pod(ctx: Context, state: BindingState, body: dict) -> None:
     info = ctx.namespaces.get(namespace)
     if info is not None and info.terminating:
         return
-    if not sc.namespace_matches(state.spec.sandbox_namespaces, namespace, info.labels if info else {}):
+    if not state.matcher(namespace, info.labels if info else {}):
         return
     mem = memory(ctx, state)
     if mem.cluster or (mem.known_list is not None and namespace in mem.known_list):
@@ -173,11 +178,15 @@ async def sync(ctx: Context, state: BindingState) -> Part:
     return part
 
 
-def _sandbox_set(ctx: Context, state: BindingState, mem: ScopeMemory) -> set[str]:
-    sel = state.spec.sandbox_namespaces
-    sandbox = ctx.namespaces.belonging(sel)
+def _sandbox_set(ctx: Context, state: BindingState, mem: ScopeMemory, full: bool) -> set[str]:
+    """The namespaces that belong: kept current by namespace events, recomputed from the whole cache
+    at every periodic sync (level-triggered) and whenever the spec's matcher changed."""
+    matcher = state.matcher
+    if full or mem.sandbox is None or mem.sandbox_for is not matcher:
+        mem.sandbox, mem.sandbox_for = ctx.namespaces.belonging(matcher), matcher
+    sandbox = set(mem.sandbox)
     for ns in list(mem.pod_signalled):
-        if ns in ctx.namespaces or not sc.namespace_matches(sel, ns, {}):
+        if ns in ctx.namespaces or not matcher(ns, {}):
             mem.pod_signalled.discard(ns)  # the watch decides now
         else:
             sandbox.add(ns)
@@ -232,7 +241,7 @@ async def _sync_inner(ctx: Context, state: BindingState, mem: ScopeMemory, perio
     target = targets.for_spec(ctx.kube, spec, d.namespace, d.configmap_name, mem.parsed)
 
     async def attempt(_: int) -> tuple[sc.ScopeObservation, sc.ListDecision]:
-        sandbox = _sandbox_set(ctx, state, mem)
+        sandbox = _sandbox_set(ctx, state, mem, full=periodic)
         read = await target.read()
         obs = _observation(state, target, read, sandbox, mem)
         decision = sc.decide_list(obs)

@@ -16,6 +16,7 @@ from ..api.spec import BindingSpec, parse_spec
 from ..core.compose import Part
 from ..core.placement import PlacementTracker
 from ..core.scheduler import Discovery
+from ..core.scope import Matcher, compile_matcher
 
 if TYPE_CHECKING:
     from ..adapters.runnerapi.client import RunnerClient
@@ -48,6 +49,8 @@ class ScopeMemory:
     retry_handle: asyncio.TimerHandle | None = None
     parsed: dict = field(default_factory=dict)  # the target's list as last parsed, by object version
     roll_due: bool = False                     # we wrote the list and the scheduler has not been rolled onto it
+    sandbox: set[str] | None = None            # namespaces that belong, kept current by namespace events
+    sandbox_for: object = None                 # the matcher `sandbox` was computed with
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,7 @@ class BindingState:
     flush_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     counters: BindingCounters = field(default_factory=BindingCounters)
     deleted: bool = False
+    _matcher: tuple[BindingSpec, Matcher] | None = None
 
     @property
     def key(self) -> Key:
@@ -103,6 +107,15 @@ class BindingState:
     @property
     def ref(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def matcher(self) -> Matcher | None:
+        """spec.sandboxNamespaces compiled (once per spec)."""
+        if self.spec is None:
+            return None
+        if self._matcher is None or self._matcher[0] is not self.spec:
+            self._matcher = (self.spec, compile_matcher(self.spec.sandbox_namespaces))
+        return self._matcher[1]
 
     @property
     def active(self) -> bool:

@@ -74,5 +74,5 @@ def encode(ledger: Ledger) -> str | None:
         for b, e in sorted(ledger.entries.items())}}
     text = json.dumps(doc, separators=(",", ":"))
     if len(text) > COMPRESS_OVER:
-        return _ZLIB + base64.b64encode(zlib.compress(text.encode(), 9)).decode()
+        return _ZLIB + base64.b64encode(zlib.compress(text.encode(), 6)).decode()
     return text

@@ -9,6 +9,7 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
@@ -20,11 +21,28 @@ from . import selectors
 # ---------------------------------------------------------------- which namespaces belong
 
 
-def namespace_matches(spec: SandboxNamespaces, name: str, labels: Mapping[str, str] | None) -> bool:
+@dataclass(frozen=True)
+class Matcher:
+    """`sandboxNamespaces` compiled once: the globs as one regex, the selector parsed."""
+
+    globs: re.Pattern | None
+    selector: selectors.ParsedSelector | None
+
+    def __call__(self, name: str, labels: Mapping[str, str] | None) -> bool:
+        if self.globs is not None and self.globs.match(name):
+            return True
+        return self.selector is not None and selectors.matches(self.selector, labels or {})
+
+
+def compile_matcher(spec: SandboxNamespaces) -> Matcher:
+    globs = re.compile("|".join(fnmatch.translate(g) for g in spec.names)) if spec.names else None
+    return Matcher(globs, selectors.parse_selector(spec.selector) if spec.selector is not None else None)
+
+
+def namespace_matches(spec: SandboxNamespaces | Matcher, name: str, labels: Mapping[str, str] | None) -> bool:
     """A namespace is a sandbox namespace if the selector matches OR any name glob matches."""
-    if any(fnmatch.fnmatchcase(name, glob) for glob in spec.names):
-        return True
-    return spec.selector is not None and selectors.matches(spec.selector, labels or {})
+    matcher = spec if isinstance(spec, Matcher) else compile_matcher(spec)
+    return matcher(name, labels)
 
 
 def is_terminating(ns: Mapping[str, Any]) -> bool:
