@@ -10,7 +10,7 @@ entry in `KINDS`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from ..api.reasons import ScopeSynced
 from ..api.keys import SCHEDULER_CONFIGMAP_LABEL
@@ -67,17 +67,25 @@ def _forbidden(what: str, verb: str, exc: Exception) -> TargetProblem:
     return TargetProblem(ScopeSynced.FORBIDDEN, f"the operator may not {verb} {what}: {exc}")
 
 
-def _parse(memo: dict | None, obj: dict, fingerprint: tuple, parse) -> scope_doc.ListRead:
-    """Parse the document once per object version: an unchanged target is never re-parsed."""
+def _version(obj: dict, *fingerprint: str) -> tuple:
     meta = obj.get("metadata") or {}
-    version = (meta.get("uid"), meta.get("resourceVersion"), *fingerprint)
+    return (meta.get("uid"), meta.get("resourceVersion"), *fingerprint)
+
+
+def _memoized(memo: dict | None, version: tuple, parse: Callable[[], tuple]) -> tuple:
+    """Parse a target document once per object version: an unchanged target is never re-parsed.
+    `memo` (kept by the caller between syncs) holds the last version and what it parsed to."""
     if memo is not None and version[1] and memo.get("version") == version:
-        return memo["read"]
-    read = parse()
+        return memo["parsed"]
+    parsed = parse()
+    _remember(memo, version, parsed)
+    return parsed
+
+
+def _remember(memo: dict | None, version: tuple, parsed: tuple) -> None:
     if memo is not None:
         memo.clear()
-        memo.update(version=version, read=read)
-    return read
+        memo.update(version=version, parsed=parsed)
 
 
 class ConfigMapTarget:
@@ -106,20 +114,25 @@ class ConfigMapTarget:
             raise TargetProblem(ScopeSynced.TARGET_NOT_FOUND, f"ConfigMap {self.namespace}/{self.name} has no key "
                                 f"{self.key}: fix spec.scope.target.configMap.key")
         text = data[self.key]
-        return TargetRead(_parse(self.memo, obj, (self.key, self.path), lambda: scope_doc.read_list(text, self.path)),
-                          obj, _ledger(obj))
+        doc, error = _memoized(self.memo, _version(obj, self.key, self.path), lambda: scope_doc.parse(text))
+        return TargetRead(scope_doc.read_parsed(doc, error, self.path), obj, _ledger(obj))
 
     async def write(self, read: TargetRead, values: list[str] | None, ledger: Ledger) -> None:
-        data = read.obj["data"]
+        data, new_doc = read.obj["data"], None
         if values is not None:
+            old_doc, _ = _memoized(self.memo, _version(read.obj, self.key, self.path),
+                                   lambda: scope_doc.parse(data[self.key]))
             try:
-                data = {**data, self.key: scope_doc.write_list(data[self.key], self.path, values, read.list.style)}
+                text, new_doc = scope_doc.edit_list(data[self.key], self.path, values, read.list.style, old_doc)
             except ValueError as exc:
                 raise TargetProblem(ScopeSynced.INVALID_CONFIG, f"{self.describe()}: {exc}") from None
+            data = {**data, self.key: text}
         meta = {**read.obj["metadata"], "annotations": _annotations_with(read.obj, ledger)}
         body = {**read.obj, "metadata": meta, "data": data}
         try:
-            await self.kube.replace_configmap(self.namespace, self.name, body)
+            written = await self.kube.replace_configmap(self.namespace, self.name, body)
+            if new_doc is not None:  # what we wrote was checked to parse to new_doc: the next read need not parse
+                _remember(self.memo, _version(written, self.key, self.path), (new_doc, None))
         except k.Forbidden as exc:
             raise _forbidden(self.describe(), "write", exc) from None
         except k.NotFound:
@@ -136,8 +149,7 @@ class ApplicationTarget:
     can_roll = False  # Argo CD re-renders the chart, and the chart's checksum annotation rolls the scheduler
 
     def __init__(self, kube: k.Kube, namespace: str, name: str, path: str, memo: dict | None = None) -> None:
-        self.kube, self.namespace, self.name, self.path = kube, namespace, name, path
-        self.memo = memo
+        self.kube, self.namespace, self.name, self.path = kube, namespace, name, path  # values arrive parsed
 
     def describe(self) -> str:
         return f"Application {self.namespace}/{self.name} at spec.source.helm.valuesObject.{self.path}"
@@ -159,9 +171,7 @@ class ApplicationTarget:
                                     "single-source Application")
             raise TargetProblem(ScopeSynced.INVALID_CONFIG, f"Application {self.namespace}/{self.name} has no spec.source")
         helm = source.get("helm") if isinstance(source.get("helm"), dict) else {}
-        values = helm.get("valuesObject")
-        return TargetRead(_parse(self.memo, obj, (self.path,), lambda: scope_doc.read_list_obj(values, self.path)),
-                          obj, _ledger(obj))
+        return TargetRead(scope_doc.read_list_obj(helm.get("valuesObject"), self.path), obj, _ledger(obj))
 
     async def write(self, read: TargetRead, values: list[str] | None, ledger: Ledger) -> None:
         patch: dict = {"metadata": {"resourceVersion": read.obj["metadata"]["resourceVersion"],

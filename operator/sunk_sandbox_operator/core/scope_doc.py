@@ -111,9 +111,18 @@ def _parse(doc_text: str) -> tuple[Any, str | None]:
 
 def read_list(doc_text: str, path: str) -> ListRead:
     """Read the namespace list at a dotted path of a YAML document (e.g. ConfigMap scheduler.conf)."""
-    data, err = _parse(doc_text)
-    if err:
-        return ListRead(None, "missing", None, err)
+    return read_parsed(*parse(doc_text), path)
+
+
+def parse(doc_text: str) -> tuple[Any, str | None]:
+    """The document's data, or the error saying why it is not valid YAML."""
+    return _parse(doc_text)
+
+
+def read_parsed(data: Any, error: str | None, path: str) -> ListRead:
+    """read_list over a document already parsed with `parse`."""
+    if error:
+        return ListRead(None, "missing", None, error)
     return _read_data(data, path, "the YAML document")
 
 
@@ -339,19 +348,31 @@ def write_list(doc_text: str, path: str, values: list[str], style: ListStyle) ->
     read_list reports an error (malformed YAML is never overwritten) or when no rewrite
     re-parses as "the input with only this path replaced".
     """
-    data, err = _parse(doc_text)
+    return edit_list(doc_text, path, values, style)[0]
+
+
+_UNPARSED: Any = object()
+
+
+def edit_list(doc_text: str, path: str, values: list[str], style: ListStyle, data: Any = _UNPARSED) -> tuple[str, Any]:
+    """write_list, given the parsed document when the caller has it (saves a parse), returning the
+    new text and the new document's data (the text was checked to parse to exactly that)."""
+    if data is _UNPARSED:
+        data, err = _parse(doc_text)
+    else:
+        err = None
     found = ListRead(None, "missing", None, err) if err else _read_data(data, path, "the YAML document")
     if found.error:
         raise ValueError(found.error)
     parts = _split_path(path)
     assert parts is not None  # _read_data validated it
     if found.style == "missing" and not values:
-        return doc_text
+        return doc_text, data
     new = _new_value(values, style)
     expected = _set_path(_unshare(data), parts, new)
     out = _checked_splice(doc_text, parts, new, expected)
     if out is not None:
-        return out
+        return out, expected
     # Re-emit (comments are lost). PyYAML's emitter does not round-trip every string (e.g. a
     # NEL before trailing spaces), so the dump is checked too; ASCII escapes are the last try.
     for allow_unicode in (True, False):
@@ -360,9 +381,9 @@ def write_list(doc_text: str, path: str, values: list[str], style: ListStyle) ->
         # Splice once more so the value is rendered as a splice renders it: the next write is a no-op.
         out = _checked_splice(dumped, parts, new, expected)
         if out is not None:
-            return out
+            return out, expected
         if _same(_load(dumped), expected):
-            return dumped
+            return dumped, expected
     raise ValueError(f"cannot rewrite {path} without changing other keys; edit it by hand")
 
 
