@@ -191,6 +191,13 @@ def test_no_peering_or_lease_permissions(objects):
             assert not resources & {"clusterkopfpeerings", "kopfpeerings", "leases"}
 
 
+def test_operator_namespace_role_is_only_configmaps_there(objects):
+    role = find(objects, "Role", "sunk-sandbox-operator", OPERATOR_NS)
+    assert flatten(role["rules"]) == {("", "configmaps", verb, None) for verb in ("get", "create", "update", "delete")}
+    binding = find(objects, "RoleBinding", "sunk-sandbox-operator", OPERATOR_NS)
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "sunk-sandbox-operator"}
+
+
 def test_grant_cluster_role_of_the_example_is_bindable(objects, example_binding):
     role = find(objects, "ClusterRole", "sunk-sandbox-operator")
     bindable = {n for g, r, v, n in flatten(role["rules"]) if r == "clusterroles" and v == "bind"}
@@ -357,7 +364,7 @@ def test_kustomization_references_exist():
 def test_main_kustomization_lists_the_operator():
     doc = yaml.safe_load((MANIFESTS / "kustomization.yaml").read_text())
     assert set(doc["resources"]) >= {"../crds", "namespace.yaml", "serviceaccount.yaml", "rbac.yaml",
-                                     "rbac-secrets.yaml", "deployment.yaml", "service.yaml"}
+                                     "rbac-secrets.yaml", "rbac-operator.yaml", "deployment.yaml", "service.yaml"}
     assert "namespace" not in doc, "a kustomize namespace would move the tenant-slurm Secret Role"
     assert doc["images"] == [{"name": "sunk-sandbox-operator", "newName": IMAGE.rsplit(":", 1)[0],
                               "newTag": IMAGE.rsplit(":", 1)[1]}]

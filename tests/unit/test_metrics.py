@@ -1,36 +1,88 @@
-from sunk_sandbox_operator import metrics as mx
+"""Prometheus text of the operator's metrics: process-wide series, and the per-binding series the collector
+reads from live bindings at scrape time (so they vanish with the binding)."""
+
+from __future__ import annotations
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from sunk_sandbox_operator.adapters.metrics import BindingCounters, BindingSample, Metrics
+from sunk_sandbox_operator.controller.state import Registry
+
+from tests.unit.fakes import binding_body
 
 
-def test_render_counter_gauge_histogram_text_format():
-    c = mx.Counter("t_calls_total", "Calls.", ("method", "code"))
-    c.inc(method="Get", code="ok")
-    c.inc(2, method="Get", code="ok")
-    g = mx.Gauge("t_ns", "Namespaces.", ("binding",))
-    g.set(5, binding='a/"b"')
-    h = mx.Histogram("t_latency_seconds", "Latency.", (0.1, 1.0), ("binding",))
-    h.observe(0.05, binding="x")
-    h.observe(0.5, binding="x")
-    text = mx.render()
-    assert "# TYPE t_calls_total counter" in text
-    assert 't_calls_total{method="Get",code="ok"} 3' in text
-    assert 't_ns{binding="a/\\"b\\""} 5' in text
-    assert 't_latency_seconds_bucket{binding="x",le="0.1"} 1' in text
-    assert 't_latency_seconds_bucket{binding="x",le="1"} 2' in text
-    assert 't_latency_seconds_bucket{binding="x",le="+Inf"} 2' in text
-    assert 't_latency_seconds_count{binding="x"} 2' in text
+def samples(metrics: Metrics) -> dict[tuple[str, tuple], float]:
+    """(sample name, sorted labels) -> value, parsed back from the exposition text."""
+    out = {}
+    for family in text_string_to_metric_families(metrics.render().decode()):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
 
 
-def test_condition_gauge_and_forget():
-    mx.set_conditions("ns/b", [{"type": "Ready", "status": "False"}])
-    assert mx.CONDITION.get(binding="ns/b", condition="Ready", status="False") == 1
-    assert mx.CONDITION.get(binding="ns/b", condition="Ready", status="True") == 0
-    mx.STATUS_PATCHES.inc(binding="ns/b")
-    mx.forget_binding("ns/b")
-    assert 'binding="ns/b"' not in mx.render()
+def test_process_wide_counters_and_histogram_in_text_format() -> None:
+    m = Metrics()
+    m.runner_api_calls.labels(method="GetManagedRunner", code="ok").inc()
+    m.runner_api_calls.labels(method="GetManagedRunner", code="ok").inc(2)
+    m.reconciles.labels(handler="binding").inc()
+    m.reconcile_errors.labels(handler="delete").inc()
+    m.pod_events.inc(5)
+    m.scope_sync_latency.observe(0.07)
+    m.scope_sync_latency.observe(0.5)
+    text = m.render().decode()
+    assert "# TYPE ssb_runner_api_calls_total counter" in text
+    assert "# TYPE ssb_scope_sync_latency_seconds histogram" in text
+    got = samples(m)
+    assert got[("ssb_runner_api_calls_total", (("code", "ok"), ("method", "GetManagedRunner")))] == 3
+    assert got[("ssb_reconciles_total", (("handler", "binding"),))] == 1
+    assert got[("ssb_reconcile_errors_total", (("handler", "delete"),))] == 1
+    assert got[("ssb_sandbox_pod_events_total", ())] == 5
+    assert got[("ssb_scope_sync_latency_seconds_bucket", (("le", "0.05"),))] == 0
+    assert got[("ssb_scope_sync_latency_seconds_bucket", (("le", "0.1"),))] == 1
+    assert got[("ssb_scope_sync_latency_seconds_bucket", (("le", "1.0"),))] == 2
+    assert got[("ssb_scope_sync_latency_seconds_bucket", (("le", "+Inf"),))] == 2
+    assert got[("ssb_scope_sync_latency_seconds_count", ())] == 2
 
 
-def test_forget_removes_histogram_series_too():
-    mx.SCOPE_SYNC_LATENCY.observe(0.1, binding="ns/gone")
-    assert 'ssb_scope_sync_latency_seconds_count{binding="ns/gone"} 1' in mx.render()
-    mx.forget_binding("ns/gone")
-    assert 'binding="ns/gone"' not in mx.render()
+def test_each_context_has_its_own_registry() -> None:
+    a, b = Metrics(), Metrics()
+    a.pod_events.inc()
+    assert samples(a)[("ssb_sandbox_pod_events_total", ())] == 1
+    assert samples(b)[("ssb_sandbox_pod_events_total", ())] == 0
+
+
+def test_per_binding_series_come_from_the_live_bindings_and_vanish_when_forgotten() -> None:
+    reg = Registry()
+    m = Metrics(reg.samples)
+    state = reg.ensure(binding_body("b", "ns"))
+    state.counters.policy_writes = 2
+    state.counters.drift_corrections = 1
+    state.counters.status_patches = 4
+    state.counters.scope_writes = 3
+    state.counters.scope_namespaces = 7
+    state.status = {"conditions": [{"type": "Ready", "status": "False"}, {"type": "ScopeSynced", "status": "True"}]}
+    other = reg.ensure(binding_body("c", "ns", uid="u2"))      # no scope sync yet: no namespaces gauge
+    got = samples(m)
+    b = (("binding", "ns/b"),)
+    assert got[("ssb_policy_writes_total", b)] == 2
+    assert got[("ssb_policy_drift_corrections_total", b)] == 1
+    assert got[("ssb_status_patches_total", b)] == 4
+    assert got[("ssb_scope_writes_total", b)] == 3
+    assert got[("ssb_scope_namespaces", b)] == 7
+    assert ("ssb_scope_namespaces", (("binding", "ns/c"),)) not in got
+    assert got[("ssb_policy_writes_total", (("binding", "ns/c"),))] == 0
+    ready = {status: got[("ssb_condition", (("binding", "ns/b"), ("condition", "Ready"), ("status", status)))]
+             for status in ("True", "False", "Unknown")}
+    assert ready == {"True": 0, "False": 1, "Unknown": 0}
+    assert got[("ssb_condition", (("binding", "ns/b"), ("condition", "ScopeSynced"), ("status", "True")))] == 1
+
+    reg.forget(state.key)
+    text = m.render().decode()
+    assert 'binding="ns/b"' not in text and 'binding="ns/c"' in text
+    reg.forget(other.key)
+    assert "binding=" not in m.render().decode()
+
+
+def test_label_values_are_escaped() -> None:
+    m = Metrics(lambda: [BindingSample('a/"b"', BindingCounters(scope_namespaces=5), [])])
+    assert 'ssb_scope_namespaces{binding="a/\\"b\\""} 5.0' in m.render().decode()

@@ -131,6 +131,15 @@ class Kube:
         """PUT with the body's resourceVersion as precondition (409 → Conflict, 422 → Invalid)."""
         return await self._call(self.core.replace_namespaced_config_map, name, namespace, body)
 
+    async def create_configmap(self, namespace: str, body: dict) -> dict:
+        return await self._call(self.core.create_namespaced_config_map, namespace, body)
+
+    async def delete_configmap(self, namespace: str, name: str) -> None:
+        try:
+            await self._call(self.core.delete_namespaced_config_map, name, namespace)
+        except NotFound:
+            pass
+
     async def merge_patch_deployment(self, namespace: str, name: str, patch: dict) -> dict:
         """JSON merge patch (the generated client would pick json-patch for a dict body)."""
         return await self._call(self.apps.patch_namespaced_deployment, name, namespace, patch,

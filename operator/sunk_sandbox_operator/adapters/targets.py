@@ -120,8 +120,10 @@ class ConfigMapTarget:
     async def write(self, read: TargetRead, values: list[str] | None, ledger: Ledger) -> None:
         data, new_doc = read.obj["data"], None
         if values is not None:
-            old_doc, _ = _memoized(self.memo, _version(read.obj, self.key, self.path),
-                                   lambda: scope_doc.parse(data[self.key]))
+            old_doc, error = _memoized(self.memo, _version(read.obj, self.key, self.path),
+                                       lambda: scope_doc.parse(data[self.key]))
+            if error:  # malformed YAML is never overwritten (edit_list takes the parse as valid)
+                raise TargetProblem(ScopeSynced.INVALID_CONFIG, f"{self.describe()}: {error}")
             try:
                 text, new_doc = scope_doc.edit_list(data[self.key], self.path, values, read.list.style, old_doc)
             except ValueError as exc:

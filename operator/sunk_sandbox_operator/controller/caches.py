@@ -11,7 +11,7 @@ from typing import Iterable, Iterator
 
 from ..adapters.quantity import parse_quantity
 from ..api.spec import SandboxNamespaces
-from ..core.placement import PodRecord, decode_pod
+from ..core.pods import PodRecord, decode_pod
 from ..core.scope import Matcher, NamespaceInfo, compile_matcher, namespace_matches
 
 

@@ -28,6 +28,10 @@ class Config:
     # Lost resourceVersion races of one scope write before ScopeSynced=False Conflict.
     scope_conflict_retries: int = 5
     metrics_port: int = 0
+    # The operator's own namespace: policy ownership records, the leader Lease.
+    operator_namespace: str = "sunk-sandbox-operator-system"
+    # Failpoints for crash tests (controller/failpoints.py); empty in production.
+    failpoints: str = ""
     # Items per LIST page of the Namespace and Pod informers (bounded memory while listing).
     list_page_size: int = 500
     # Deletion with Restore: attempts, and seconds between them, before the binding is released
@@ -47,6 +51,9 @@ def load() -> Config:
         scope_conflict_retries=int(_float("SSB_SCOPE_CONFLICT_RETRIES", 5)),
         metrics_port=int(_float("SSB_METRICS_PORT", 0)),
         list_page_size=int(_float("SSB_LIST_PAGE_SIZE", 500)),
+        operator_namespace=os.environ.get("POD_NAMESPACE") or os.environ.get("SSB_OPERATOR_NAMESPACE")
+        or "sunk-sandbox-operator-system",
+        failpoints=os.environ.get("SSB_FAILPOINTS", ""),
         restore_retries=int(_float("SSB_RESTORE_RETRIES", 30)),
         restore_retry_delay_seconds=_float("SSB_RESTORE_RETRY_DELAY_SECONDS", 10.0),
     )

@@ -16,7 +16,9 @@ from typing import Awaitable, Callable
 from ..adapters import events
 from ..adapters.kube import Kube
 from ..adapters.metrics import Metrics
+from ..adapters.ownership import OwnershipStore
 from .caches import NamespaceCache, PodCache
+from .failpoints import Failpoints
 from .config import Config
 from .state import BindingState, Registry
 
@@ -38,6 +40,8 @@ class Context:
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     now_iso: Callable[[], str] = utc_now_iso
 
+    failpoints: Failpoints = field(default_factory=Failpoints)
+    ownership: OwnershipStore | None = None          # policy ownership records (None: status only)
     informers: list = field(default_factory=list)   # adapters.informer.Informer, one per watched kind
     tasks: list = field(default_factory=list)       # their running tasks
     http: object | None = None                      # adapters.kubehttp.KubeHTTP the informers share

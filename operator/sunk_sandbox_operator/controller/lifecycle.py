@@ -15,10 +15,12 @@ import kopf
 from ..adapters.informer import Informer, Resource
 from ..adapters.kube import Kube, load_api_client
 from ..adapters.kubehttp import KubeHTTP
+from ..adapters.ownership import OwnershipStore
 from ..api import keys
 from . import reconcile, watch
 from .config import Config, load
 from .context import Context
+from .failpoints import Failpoints
 from .state import BindingState
 
 log = logging.getLogger("sunk_sandbox_operator")
@@ -38,7 +40,9 @@ async def start(logger: logging.Logger, config: Config | None = None) -> Context
     kopf keeps only the bindings, so no per-object kopf machinery runs for 50,000 pods)."""
     config = config or load()
     api_client = load_api_client()
-    ctx = Context(config=config, kube=Kube(api_client))
+    kube = Kube(api_client)
+    ctx = Context(config=config, kube=kube, failpoints=Failpoints(config.failpoints),
+                  ownership=OwnershipStore(kube, config.operator_namespace))
     if config.metrics_port:
         await ctx.metrics.serve(config.metrics_port)
         logger.info("metrics on :%d/metrics", config.metrics_port)

@@ -14,6 +14,7 @@ from ..adapters.runnerapi import errors as rerr
 from ..api.reasons import PolicySynced
 from ..api.status import OwnedPath
 from ..core import policy as pol
+from ..core import ownership as own
 from ..core import policy_decide as decide
 from ..core.compose import Part
 from . import retry
@@ -27,8 +28,25 @@ class CredentialsMissing(Exception):
     pass
 
 
-def _owned(state: BindingState) -> list[OwnedPath]:
+def _status_owned(state: BindingState) -> list[OwnedPath]:
     return [OwnedPath.model_validate(o) for o in state.section("policy").get("owned") or []]
+
+
+async def _record(ctx: Context, state: BindingState) -> own.Record | None:
+    return await ctx.ownership.load(state.ref) if ctx.ownership is not None else None
+
+
+async def _owned(ctx: Context, state: BindingState) -> tuple[list[OwnedPath], own.Record | None]:
+    """What we own in this runner's policy: the ownership record, else (upgrade) status."""
+    record = await _record(ctx, state)
+    return own.owned_for(record, state.spec.runner.id, _status_owned(state)), record
+
+
+async def _save(ctx: Context, state: BindingState, record_state: own.State, owned: list[OwnedPath],
+                etag: str | None) -> None:
+    if ctx.ownership is not None:
+        await ctx.ownership.save(own.Record(state.ref, state.spec.runner.id, record_state, tuple(owned), etag,
+                                            ctx.now_iso()))
 
 
 def _part(state: BindingState, report: decide.PolicyReport) -> Part:
@@ -83,16 +101,24 @@ async def sync(ctx: Context, state: BindingState, scheduler_name: str | None) ->
     if isinstance(want, decide.PolicyReport):
         return _part(state, want)
     api = client(ctx, state)
-    owned = _owned(state)
 
     async def attempt(_: int) -> decide.PolicyReport:
+        owned, record = await _owned(ctx, state)
         runner = await api.get_managed_runner(spec.runner.id)
         obs = decide.PolicyObservation(spec, scheduler_name, runner.policy, runner.etag, owned)
         d = decide.decide(obs, ctx.now_iso())
         if d.report is not None:
+            if record is not None and record.state == "pending" and d.report.status == "True":
+                # The write a crash interrupted is resolved by this read: the policy holds our values.
+                await _save(ctx, state, "applied", owned, runner.etag)
             return d.report
+        # Write-ahead: what this write makes ours (with the values before it) is on record first.
+        await _save(ctx, state, "pending", d.owned, runner.etag)
+        ctx.failpoints.hit("after-policy-intent")
         written = await api.update_managed_runner(spec.runner.id, identity=runner.identity, policy=d.write,
                                                   etag=runner.etag)
+        ctx.failpoints.hit("after-policy-write")
+        await _save(ctx, state, "applied", d.owned, written.etag)
         state.counters.policy_writes += 1
         if d.drift:
             state.counters.drift_corrections += 1
@@ -118,8 +144,12 @@ def _stale(exc: BaseException) -> bool:
 
 async def restore(ctx: Context, state: BindingState) -> None:
     """deletionPolicy Restore: put back previous values where our value still holds."""
-    owned = _owned(state)
-    if not owned or state.spec is None:
+    if state.spec is None:
+        return
+    owned, record = await _owned(ctx, state)
+    if not owned:
+        if record is not None:
+            await ctx.ownership.delete(state.ref)
         return
     api = client(ctx, state)
     runner_id = state.spec.runner.id
@@ -138,3 +168,11 @@ async def restore(ctx: Context, state: BindingState) -> None:
                   f"runner {runner_id} policy: " + "; ".join(pol.diff(runner.policy, restored)[:8]))
 
     await retry.optimistic(attempt, lost_race=_stale, retries=ctx.config.policy_conflict_retries, sleep=ctx.sleep)
+    if ctx.ownership is not None:
+        await ctx.ownership.delete(state.ref)
+
+
+async def forget(ctx: Context, state: BindingState) -> None:
+    """deletionPolicy Orphan (or Observe): what we wrote stays; the record of it goes with the binding."""
+    if ctx.ownership is not None:
+        await ctx.ownership.delete(state.ref)

@@ -86,9 +86,10 @@ async def finalize(ctx: Context, state: BindingState) -> None:
     """On delete: Restore puts back what we changed (unless we were the younger, conflicting binding)."""
     spec = state.spec
     try:
-        if spec is None or spec.deletion_policy == "Orphan" or spec.mode == "Observe":
+        if spec is None:
             return
-        if await _conflict(ctx, state):
+        if spec.deletion_policy == "Orphan" or spec.mode == "Observe" or await _conflict(ctx, state):
+            await policy.forget(ctx, state)
             return
         await policy.restore(ctx, state)
         await scope.restore(ctx, state, discover)

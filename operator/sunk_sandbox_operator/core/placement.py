@@ -8,62 +8,19 @@ cluster with 10k sandbox pods costs a few MB and a summary is one linear pass.
 
 from __future__ import annotations
 
-import sys
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from decimal import Decimal
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 from .grace import is_safe
-from ..api.keys import ANNOTATION_PREFIX
+from .pods import (  # noqa: F401  (pod decoding and hazard names are part of this module's API)
+    DEFAULT_GRACE_SECONDS, GPU_REQUESTED, GRACE_TOO_LONG, GROUP_ID_ANNOTATION, GUARANTEED_QOS, HAZARDS,
+    MISSING_REQUESTS, NON_NUMERIC_USER_ID, PARTITION_ANNOTATION, USER_ID_ANNOTATION, _NO_HAZARDS, PodRecord,
+    QuantityParser, _interned_hazards, _str_or_none, decode_pod, parse_time,
+)
 from ..api.reasons import PlacementVerified
 from ..api.status import Mismatch, PlacementStatus
-
-PARTITION_ANNOTATION = ANNOTATION_PREFIX + "partition"
-USER_ID_ANNOTATION = ANNOTATION_PREFIX + "user-id"
-GROUP_ID_ANNOTATION = ANNOTATION_PREFIX + "group-id"
-DEFAULT_GRACE_SECONDS = 30
-
-GUARANTEED_QOS = "GuaranteedQoS"
-GPU_REQUESTED = "GPURequested"
-MISSING_REQUESTS = "MissingRequests"
-NON_NUMERIC_USER_ID = "NonNumericUserId"
-GRACE_TOO_LONG = "GraceTooLong"
-HAZARDS = (GUARANTEED_QOS, GPU_REQUESTED, MISSING_REQUESTS, NON_NUMERIC_USER_ID, GRACE_TOO_LONG)
-
-_NO_HAZARDS: frozenset[str] = frozenset()
-
-# ---------------------------------------------------------------- quantities
-
-# Quantities are parsed by the caller's parser (the shell passes kubernetes.utils' one, wrapped
-# to reject what apimachinery rejects): `Decimal` out, ValueError on anything invalid.
-QuantityParser = Callable[[Any], Decimal]
-
-
-def _quantity_or_none(parse: QuantityParser, q: Any) -> Decimal | None:
-    try:
-        return parse(q)
-    except (ValueError, ArithmeticError):
-        return None
-
-
-# ---------------------------------------------------------------- time
-
-
-def parse_time(s: Any) -> float | None:
-    """RFC 3339 (creationTimestamp, status times) as epoch seconds; None if absent or malformed."""
-    if not isinstance(s, str) or not s:
-        return None
-    try:
-        t = datetime.fromisoformat(s.replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
-        return None
-    if t.tzinfo is None:
-        t = t.replace(tzinfo=timezone.utc)  # the API server always speaks UTC
-    return t.timestamp()
-
 
 # ---------------------------------------------------------------- one pod
 
@@ -95,130 +52,8 @@ class PodFacts:
         return self.uid or self.ref
 
 
-def _mapping(v: Any) -> Mapping[str, Any]:
-    return v if isinstance(v, Mapping) else {}
-
-
-def _resources(container: Mapping[str, Any]) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
-    res = _mapping(container.get("resources"))
-    return _mapping(res.get("requests")), _mapping(res.get("limits"))
-
-
-def _container_hazards(containers: list[Any], init_containers: list[Any], parse: QuantityParser) -> set[str]:
-    found: set[str] = set()
-    for c in init_containers + containers:
-        requests, limits = _resources(_mapping(c))
-        for res, q in list(requests.items()) + list(limits.items()):
-            if "gpu" in str(res).lower():
-                amount = _quantity_or_none(parse, q)
-                if amount is None or amount > 0:  # unreadable: assume it asks for a GPU
-                    found.add(GPU_REQUESTED)
-    for c in containers:
-        requests, limits = _resources(_mapping(c))
-        # The API server defaults a missing request to the limit; do the same for raw objects.
-        cpu_req = _quantity_or_none(parse, requests.get("cpu", limits.get("cpu")))
-        mem_req = _quantity_or_none(parse, requests.get("memory", limits.get("memory")))
-        cpu_lim = _quantity_or_none(parse, limits.get("cpu"))
-        if not cpu_req or not mem_req:
-            found.add(MISSING_REQUESTS)
-        if cpu_req is not None and cpu_lim is not None and cpu_req == cpu_lim:
-            found.add(GUARANTEED_QOS)
-    if not containers:
-        found.add(MISSING_REQUESTS)
-    return found
-
-
 def _describe(value: str | None) -> str:
     return repr(value) if value is not None else "unset"
-
-
-@dataclass(frozen=True, slots=True)
-class PodRecord:
-    """What is kept of one sandbox pod: decoded once when it arrives, judged per binding.
-
-    A few hundred bytes: the resources are reduced to the hazards they show, the annotations to
-    the sunk.coreweave.com/ ones.
-    """
-
-    namespace: str
-    name: str
-    uid: str
-    created: str | None
-    created_ts: float | None
-    phase: str | None
-    scheduler_name: str | None
-    node_name: str | None
-    grace: int
-    annotations: tuple[tuple[str, Any], ...]
-    resource_hazards: frozenset[str]
-    error: str | None = None
-
-    @property
-    def ref(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-    def annotation(self, key: str) -> Any:
-        for k, v in self.annotations:
-            if k == key:
-                return v
-        return None
-
-
-def _str_or_none(v: Any) -> str | None:
-    return v if isinstance(v, str) else None
-
-
-def decode_pod(pod: Any, quantity: QuantityParser) -> PodRecord:
-    """The record of a pod object (raw camelCase, as the API server sends it)."""
-    if not isinstance(pod, Mapping):
-        return PodRecord("", "", "", None, None, None, None, None, DEFAULT_GRACE_SECONDS, (), _NO_HAZARDS,
-                         error=f"pod must be a mapping, got {type(pod).__name__}")
-    meta, spec, status = _mapping(pod.get("metadata")), _mapping(pod.get("spec")), _mapping(pod.get("status"))
-    error = None
-    grace_raw = spec.get("terminationGracePeriodSeconds", DEFAULT_GRACE_SECONDS)
-    if grace_raw is None:
-        grace_raw = DEFAULT_GRACE_SECONDS
-    if isinstance(grace_raw, int) and not isinstance(grace_raw, bool):
-        grace = grace_raw
-    else:
-        error = f"terminationGracePeriodSeconds {grace_raw!r} is not an integer; assuming {DEFAULT_GRACE_SECONDS}"
-        grace = DEFAULT_GRACE_SECONDS
-    containers = spec.get("containers") if isinstance(spec.get("containers"), list) else []
-    inits = spec.get("initContainers") if isinstance(spec.get("initContainers"), list) else []
-    hazards = _container_hazards(containers, inits, quantity)
-    annotations = tuple(sorted((k, v) for k, v in _mapping(meta.get("annotations")).items()
-                               if isinstance(k, str) and k.startswith(ANNOTATION_PREFIX)))
-    created = _str_or_none(meta.get("creationTimestamp"))
-    return PodRecord(
-        namespace=sys.intern(str(meta.get("namespace") or "")),
-        name=str(meta.get("name") or ""),
-        uid=str(meta.get("uid") or ""),
-        created=created,
-        created_ts=parse_time(created),
-        phase=_intern(_str_or_none(status.get("phase"))),
-        scheduler_name=_intern(_str_or_none(spec.get("schedulerName"))),
-        node_name=_str_or_none(spec.get("nodeName")),
-        grace=grace,
-        annotations=annotations,
-        resource_hazards=_interned_hazards(hazards),
-        error=error,
-    )
-
-
-def _intern(s: str | None) -> str | None:
-    return sys.intern(s) if s is not None else None
-
-
-# Every combination of the known hazards, built once: pods share these few frozensets.
-_CANONICAL_HAZARDS: Mapping[frozenset[str], frozenset[str]] = {
-    fs: fs for fs in (frozenset(h for i, h in enumerate(HAZARDS) if mask >> i & 1) for mask in range(2 ** len(HAZARDS)))
-}
-
-
-def _interned_hazards(hazards: set[str]) -> frozenset[str]:
-    """One frozenset object per distinct combination, not one per pod."""
-    key = frozenset(hazards)
-    return _CANONICAL_HAZARDS.get(key, key)
 
 
 def observe_pod(

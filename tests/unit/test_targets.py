@@ -1,0 +1,266 @@
+"""Scope targets against the fake Kube: read the list, write it with the read's precondition (and the
+ledger in the same request), and every failure as a TargetProblem with its ScopeSynced reason."""
+
+from __future__ import annotations
+
+import pytest
+
+from sunk_sandbox_operator.adapters import kube as k
+from sunk_sandbox_operator.adapters import targets
+from sunk_sandbox_operator.api.keys import SCOPE_LEDGER_ANNOTATION
+from sunk_sandbox_operator.api.spec import parse_spec
+from sunk_sandbox_operator.core import ledger as lg
+from sunk_sandbox_operator.core.scope_doc import ListRead
+
+from tests.unit.fakes import FakeKube
+
+CONF = """# rendered by the chart
+scheduler:
+  name: slurm-scheduler
+  scope:
+    type: namespace
+    namespaces:
+      - slurm   # the Slurm namespace
+  logLevel: info
+"""
+PATH = "scheduler.scope.namespaces"
+OURS = lg.Ledger({"slurm/b": lg.Entry(("ds-a",), ("slurm",))})
+
+
+def configmap(kube: FakeKube, conf: str = CONF, **extra) -> targets.ConfigMapTarget:
+    kube.add("configmaps", {"metadata": {"namespace": "slurm", "name": "cm"}, "data": {"scheduler.conf": conf}, **extra})
+    return targets.ConfigMapTarget(kube, "slurm", "cm", "scheduler.conf", PATH)
+
+
+def application(kube: FakeKube, spec: dict | None = None) -> targets.ApplicationTarget:
+    spec = spec if spec is not None else {
+        "source": {"repoURL": "r", "chart": "slurm", "helm": {"valuesObject": {
+            "scheduler": {"scope": {"type": "namespace", "namespaces": ["slurm"]}}, "other": {"keep": True}}}}}
+    kube.add("applications", {"metadata": {"namespace": "argocd", "name": "slurm"}, "spec": spec})
+    return targets.ApplicationTarget(kube, "argocd", "slurm", PATH)
+
+
+def stored_ledger(obj: dict) -> lg.Ledger:
+    return lg.decode((obj["metadata"].get("annotations") or {}).get(SCOPE_LEDGER_ANNOTATION))
+
+
+# ---------------------------------------------------------------- ConfigMap
+
+
+async def test_configmap_read() -> None:
+    kube = FakeKube()
+    t = configmap(kube)
+    read = await t.read()
+    assert read.list == ListRead(["slurm"], "list", "namespace")
+    assert read.obj["metadata"]["resourceVersion"] == kube.get("configmaps", "slurm", "cm")["metadata"]["resourceVersion"]
+    assert read.ledger.entries == {}
+    assert t.describe() == f"ConfigMap slurm/cm key scheduler.conf at {PATH}" and t.can_roll and t.kind == "ConfigMap"
+
+
+async def test_configmap_write_changes_only_the_list_and_carries_the_ledger() -> None:
+    kube = FakeKube()
+    t = configmap(kube)
+    read = await t.read()
+    await t.write(read, ["ds-a", "slurm"], OURS)
+    obj = kube.get("configmaps", "slurm", "cm")
+    text = obj["data"]["scheduler.conf"]
+    assert "# rendered by the chart" in text and "logLevel: info" in text and "- ds-a" in text
+    assert (await t.read()).list.values == ["ds-a", "slurm"]
+    assert stored_ledger(obj).get("slurm/b") == lg.Entry(("ds-a",), ("slurm",))
+    assert (await t.read()).ledger == stored_ledger(obj)
+
+
+async def test_configmap_write_of_the_ledger_alone_keeps_the_text_byte_for_byte() -> None:
+    kube = FakeKube()
+    t = configmap(kube)
+    await t.write(await t.read(), None, OURS)
+    obj = kube.get("configmaps", "slurm", "cm")
+    assert obj["data"]["scheduler.conf"] == CONF and stored_ledger(obj).get("slurm/b") is not None
+    await t.write(await t.read(), None, lg.Ledger())
+    assert SCOPE_LEDGER_ANNOTATION not in (kube.get("configmaps", "slurm", "cm")["metadata"].get("annotations") or {})
+
+
+async def test_configmap_write_after_someone_else_wrote_is_a_conflict_and_changes_nothing() -> None:
+    kube = FakeKube()
+    t = configmap(kube)
+    read = await t.read()
+    kube.edit("configmaps", "slurm", "cm", lambda cm: cm["data"].update({"scheduler.conf": CONF + "# edited\n"}))
+    with pytest.raises(k.Conflict):
+        await t.write(read, ["ds-a", "slurm"], OURS)
+    assert kube.get("configmaps", "slurm", "cm")["data"]["scheduler.conf"] == CONF + "# edited\n"
+
+
+async def test_configmap_parses_once_per_resource_version_and_our_write_primes_the_next_read() -> None:
+    kube = FakeKube()
+    memo: dict = {}
+    configmap(kube)
+    t = targets.ConfigMapTarget(kube, "slurm", "cm", "scheduler.conf", PATH, memo)
+    read = await t.read()
+    parsed = memo["parsed"]
+    assert (await t.read()).list == read.list and memo["parsed"] is parsed        # the same version: no parse
+    kube.edit("configmaps", "slurm", "cm", lambda cm: None)                        # a new resourceVersion
+    read = await t.read()
+    assert memo["parsed"] is not parsed and read.list.values == ["slurm"]
+    await t.write(read, ["ds-a", "slurm"], OURS)
+    primed = memo["parsed"]
+    assert memo["version"][1] == kube.get("configmaps", "slurm", "cm")["metadata"]["resourceVersion"]
+    assert (await t.read()).list.values == ["ds-a", "slurm"] and memo["parsed"] is primed
+    other_path = targets.ConfigMapTarget(kube, "slurm", "cm", "scheduler.conf", "scheduler.other", memo)
+    assert (await other_path.read()).list.values == []                               # another path: its own entry
+
+
+@pytest.mark.parametrize("setup, reason, fragment", [
+    (lambda kube: None, "TargetNotFound", "ConfigMap slurm/cm not found"),
+    (lambda kube: (kube.add("configmaps", {"metadata": {"namespace": "slurm", "name": "cm"}, "data": {"x": "y"}})),
+     "TargetNotFound", "has no key scheduler.conf"),
+    (lambda kube: (configmap(kube), kube.deny("get_configmap")), "Forbidden", "may not read ConfigMap slurm/cm"),
+])
+async def test_configmap_read_problems(setup, reason, fragment) -> None:
+    kube = FakeKube()
+    setup(kube)
+    with pytest.raises(targets.TargetProblem) as info:
+        await targets.ConfigMapTarget(kube, "slurm", "cm", "scheduler.conf", PATH).read()
+    assert info.value.reason == reason and fragment in info.value.message
+
+
+@pytest.mark.parametrize("immutable, after_read, reason, fragment", [
+    (False, lambda kube: kube.deny("replace_configmap"), "Forbidden", "may not write"),
+    (False, lambda kube: kube.store["configmaps"].clear(), "TargetNotFound", "disappeared while being written"),
+    (True, lambda kube: None, "InvalidConfig", "the API server refused the write"),
+])
+async def test_configmap_write_problems(immutable, after_read, reason, fragment) -> None:
+    kube = FakeKube()
+    t = configmap(kube, **({"immutable": True} if immutable else {}))
+    read = await t.read()
+    after_read(kube)
+    with pytest.raises(targets.TargetProblem) as info:
+        await t.write(read, ["ds-a", "slurm"], OURS)
+    assert info.value.reason == reason and fragment in info.value.message
+
+
+@pytest.mark.parametrize("memo", [None, {}])
+async def test_malformed_yaml_is_never_written_over(memo) -> None:
+    """Even by a caller that writes despite the read's error (the controller does not): InvalidConfig."""
+    kube = FakeKube()
+    broken = "scheduler:\n  scope: [\n"
+    configmap(kube, broken)
+    t = targets.ConfigMapTarget(kube, "slurm", "cm", "scheduler.conf", PATH, memo)
+    read = await t.read()
+    assert read.list.error and "malformed YAML" in read.list.error
+    with pytest.raises(targets.TargetProblem) as info:
+        await t.write(read, ["ds-a"], OURS)
+    assert info.value.reason == "InvalidConfig" and t.describe() in info.value.message
+    assert kube.count("replace_configmap") == 0 and kube.get("configmaps", "slurm", "cm")["data"]["scheduler.conf"] == broken
+
+
+# ---------------------------------------------------------------- Argo CD Application
+
+
+async def test_application_read_and_write_patch_only_the_path_with_the_precondition() -> None:
+    kube = FakeKube()
+    t = application(kube)
+    read = await t.read()
+    assert read.list == ListRead(["slurm"], "list", "namespace") and not t.can_roll
+    await t.write(read, ["ds-a", "slurm"], OURS)
+    patch = [c for c in kube.calls if c[0] == "merge_patch_application"][0][3]
+    assert patch["metadata"]["resourceVersion"] == read.obj["metadata"]["resourceVersion"]
+    assert patch["spec"] == {"source": {"helm": {"valuesObject": {"scheduler": {"scope": {"namespaces": ["ds-a", "slurm"]}}}}}}
+    obj = kube.get("applications", "argocd", "slurm")
+    values = obj["spec"]["source"]["helm"]["valuesObject"]
+    assert values["scheduler"]["scope"] == {"type": "namespace", "namespaces": ["ds-a", "slurm"]}
+    assert values["other"] == {"keep": True} and obj["spec"]["source"]["chart"] == "slurm"
+    assert stored_ledger(obj).get("slurm/b") == lg.Entry(("ds-a",), ("slurm",))
+
+
+async def test_application_comma_string_stays_a_string() -> None:
+    kube = FakeKube()
+    t = application(kube, {"source": {"helm": {"valuesObject": {"scheduler": {"scope": {"namespaces": "slurm"}}}}}})
+    read = await t.read()
+    assert read.list.style == "string"
+    await t.write(read, ["ds-a", "slurm"], OURS)
+    values = kube.get("applications", "argocd", "slurm")["spec"]["source"]["helm"]["valuesObject"]
+    assert values["scheduler"]["scope"]["namespaces"] == "ds-a,slurm"
+
+
+async def test_application_ledger_only_write_and_removal() -> None:
+    kube = FakeKube()
+    t = application(kube)
+    await t.write(await t.read(), None, OURS)
+    patch = [c for c in kube.calls if c[0] == "merge_patch_application"][-1][3]
+    assert "spec" not in patch
+    await t.write(await t.read(), None, lg.Ledger())                  # null in a merge patch: removed
+    assert SCOPE_LEDGER_ANNOTATION not in (kube.get("applications", "argocd", "slurm")["metadata"].get("annotations")
+                                           or {})
+
+
+async def test_application_write_after_someone_else_wrote_is_a_conflict() -> None:
+    kube = FakeKube()
+    t = application(kube)
+    read = await t.read()
+    kube.edit("applications", "argocd", "slurm", lambda app: app["spec"]["source"].update(targetRevision="2"))
+    with pytest.raises(k.Conflict):
+        await t.write(read, ["ds-a", "slurm"], OURS)
+    values = kube.get("applications", "argocd", "slurm")["spec"]["source"]["helm"]["valuesObject"]
+    assert values["scheduler"]["scope"]["namespaces"] == ["slurm"]
+
+
+async def test_application_without_helm_values_reads_an_empty_list() -> None:
+    kube = FakeKube()
+    read = await application(kube, {"source": {"repoURL": "r"}}).read()
+    assert read.list.values == [] and read.list.error is None
+
+
+@pytest.mark.parametrize("setup, reason, fragment", [
+    (lambda kube: None, "TargetNotFound", "Argo CD Application argocd/slurm not found"),
+    (lambda kube: (application(kube), kube.deny("get_application")), "Forbidden", "may not read Application"),
+    (lambda kube: application(kube, {"sources": [{"repoURL": "a"}, {"repoURL": "b"}]}), "InvalidConfig",
+     "multi-source"),
+    (lambda kube: application(kube, {"project": "default"}), "InvalidConfig", "has no spec.source"),
+])
+async def test_application_read_problems(setup, reason, fragment) -> None:
+    kube = FakeKube()
+    setup(kube)
+    with pytest.raises(targets.TargetProblem) as info:
+        await targets.ApplicationTarget(kube, "argocd", "slurm", PATH).read()
+    assert info.value.reason == reason and fragment in info.value.message
+
+
+@pytest.mark.parametrize("setup, reason", [
+    (lambda kube: kube.deny("merge_patch_application"), "Forbidden"),
+    (lambda kube: kube.store["applications"].clear(), "TargetNotFound"),
+    (lambda kube: kube.before("merge_patch_application", lambda: (_ for _ in ()).throw(k.Invalid("webhook said no"))),
+     "InvalidConfig"),
+])
+async def test_application_write_problems(setup, reason) -> None:
+    kube = FakeKube()
+    t = application(kube)
+    read = await t.read()
+    setup(kube)
+    with pytest.raises(targets.TargetProblem) as info:
+        await t.write(read, ["ds-a", "slurm"], OURS)
+    assert info.value.reason == reason
+
+
+# ---------------------------------------------------------------- choosing the target
+
+
+def _spec(target: dict) -> object:
+    return parse_spec({"runner": {"id": "r", "tokenSecretRef": {"name": "s"}}, "sandboxNamespaces": {"names": ["ds-*"]},
+                       "scope": {"target": target}})
+
+
+def test_for_spec_picks_the_target_kind() -> None:
+    kube = FakeKube()
+    cm = targets.for_spec(kube, _spec({}), "slurm", "discovered")
+    assert isinstance(cm, targets.ConfigMapTarget) and cm.name == "discovered" and cm.namespace == "slurm"
+    named = targets.for_spec(kube, _spec({"configMap": {"name": "mine", "key": "k", "path": "a.b"}}), "slurm", "disc")
+    assert (named.name, named.key, named.path) == ("mine", "k", "a.b")
+    app = targets.for_spec(kube, _spec({"kind": "ArgoCDApplication", "application": {"name": "slurm"}}), "slurm", None)
+    assert isinstance(app, targets.ApplicationTarget) and (app.namespace, app.name) == ("argocd", "slurm")
+
+
+def test_for_spec_without_a_configmap_name_says_how_to_fix_it() -> None:
+    with pytest.raises(targets.TargetProblem) as info:
+        targets.for_spec(FakeKube(), _spec({}), "slurm", None)
+    assert info.value.reason == "TargetNotFound"
+    assert "app.kubernetes.io/component=scheduler" in info.value.message and "ArgoCDApplication" in info.value.message
