@@ -24,6 +24,8 @@ from typing import Any, Callable
 import pytest
 
 from sunk_sandbox_operator.adapters import kube as k
+from sunk_sandbox_operator.api.reasons import CONDITION_TYPES
+from sunk_sandbox_operator.core.compose import Part
 from sunk_sandbox_operator.adapters.runnerapi import client as rc
 from sunk_sandbox_operator.adapters.runnerapi import errors as rerr
 from sunk_sandbox_operator.controller.config import Config
@@ -156,7 +158,7 @@ def merge_patch(target: Any, patch: Any) -> Any:
 
 
 KINDS = ("namespaces", "pods", "configmaps", "secrets", "deployments", "applications", "rolebindings", "bindings",
-         "events")
+         "events", "leases")
 
 
 class FakeKube:
@@ -320,6 +322,26 @@ class FakeKube:
         self._enter("delete_configmap", namespace, name, namespace=namespace)
         self.store["configmaps"].pop((namespace, name), None)  # Kube swallows 404 too
 
+    async def get_lease(self, namespace: str, name: str) -> dict:
+        self._enter("get_lease", namespace, name, namespace=namespace)
+        return copy.deepcopy(self._find("leases", namespace, name))
+
+    async def create_lease(self, namespace: str, body: dict) -> dict:
+        self._enter("create_lease", namespace, body["metadata"]["name"], namespace=namespace)
+        if (namespace, body["metadata"]["name"]) in self.store["leases"]:
+            raise k.Conflict(f'leases "{body["metadata"]["name"]}" already exists')
+        return self.add("leases", {**copy.deepcopy(body), "metadata": {**body["metadata"], "namespace": namespace}})
+
+    async def replace_lease(self, namespace: str, name: str, body: dict) -> dict:
+        self._enter("replace_lease", namespace, name, namespace=namespace)
+        obj = self._find("leases", namespace, name)
+        self._precondition(obj, (body.get("metadata") or {}).get("resourceVersion"))
+        new = copy.deepcopy(body)
+        new["metadata"] = {**new.get("metadata", {}), "namespace": namespace, "name": name,
+                           "resourceVersion": self._next_rv()}
+        self.store["leases"][(namespace, name)] = new
+        return copy.deepcopy(new)
+
     async def merge_patch_deployment(self, namespace: str, name: str, patch: dict) -> dict:
         self._enter("merge_patch_deployment", namespace, name, copy.deepcopy(patch), namespace=namespace)
         return self._patched("deployments", namespace, name, patch)
@@ -454,12 +476,18 @@ class Harness:
         return [reason for _, reason, _ in self.events]
 
     def binding(self, body: dict | None = None, *, stored: bool = True, active: bool = True,
-                discovered: Discovery | None = None) -> BindingState:
-        """A binding the registry knows (and the API server holds), reconciled once unless `active=False`."""
+                discovered: Discovery | None = None, observed: bool = True) -> BindingState:
+        """A binding the registry knows (and the API server holds), reconciled once unless `active=False`.
+
+        `observed`: every concern has reported a part (Unknown, NotReconciled), as after a first
+        reconcile; the status writer composes nothing before that."""
         body = body or binding_body()
         if stored:
             body = self.kube.add("bindings", body)
         state = self.ctx.bindings.ensure(body)
+        if observed:
+            for ctype in CONDITION_TYPES[1:]:
+                state.report(Part(ctype, "Unknown", "NotReconciled", "not reconciled yet"))
         if active:
             state.conflict_checked = True
             state.discovery = discovered or discovery()

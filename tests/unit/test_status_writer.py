@@ -53,6 +53,20 @@ async def test_volatile_check_times_alone_do_not_cause_a_patch(harness) -> None:
     assert len(_patches(h)) == 1
 
 
+async def test_nothing_is_composed_before_every_concern_was_observed_again(harness) -> None:
+    """A restart (or a new leader) with nothing changed flips no condition: until every part has
+    been reported by this process, the stored status is left as it is."""
+    h = harness()
+    state = h.binding(observed=False)
+    state.report(Part("ScopeSynced", "True", "Synced", "all listed", "scope", {"namespaceCount": 2}))
+    assert await flush(h.ctx, state) is False and _patches(h) == []
+    for ctype in ("SchedulerReady", "PolicySynced", "GracePeriodSafe"):
+        state.report(Part(ctype, "True", "Fine", "ok"))
+    assert await flush(h.ctx, state) is False                    # PlacementVerified not observed yet
+    state.report(Part("PlacementVerified", "Unknown", "NoSandboxPods", "none yet"))
+    assert await flush(h.ctx, state) is True and len(_patches(h)) == 1
+
+
 async def test_a_deleted_or_vanished_binding_is_not_written(harness) -> None:
     h = harness()
     state = h.binding()
@@ -165,5 +179,7 @@ async def test_a_failing_event_sink_never_breaks_a_flush(harness) -> None:
     ctx = Context(config=h.config, kube=h.kube, event_sink=broken, monotonic=h.clock, sleep=h.clock.sleep,
                   now_iso=h.clock.iso)
     state = ctx.bindings.ensure(h.kube.add("bindings", binding_body()))
+    for ctype in ("PolicySynced", "ScopeSynced", "GracePeriodSafe", "PlacementVerified"):
+        state.report(Part(ctype, "Unknown", "NotReconciled", "not yet"))
     state.report(Part("SchedulerReady", "False", "SchedulerNotFound", "no pods"))
     assert await flush(ctx, state) is True

@@ -161,3 +161,23 @@ class Kube:
             await self._call(self.rbac.delete_namespaced_role_binding, name, namespace)
         except NotFound:
             pass
+
+    # ------------------------------------------------------------ leases (leader election)
+
+    def _leases(self) -> kubernetes.client.CoordinationV1Api:
+        api = self.__dict__.get("_coordination")
+        if api is None:
+            api = self.__dict__["_coordination"] = kubernetes.client.CoordinationV1Api(self.api_client)
+        return api
+
+    async def get_lease(self, namespace: str, name: str) -> dict:
+        """A coordination.k8s.io/v1 Lease (404 → NotFound)."""
+        return await self._call(self._leases().read_namespaced_lease, name, namespace)
+
+    async def create_lease(self, namespace: str, body: dict) -> dict:
+        """409 (already exists) → Conflict."""
+        return await self._call(self._leases().create_namespaced_lease, namespace, body)
+
+    async def replace_lease(self, namespace: str, name: str, body: dict) -> dict:
+        """PUT with the body's resourceVersion as precondition (409 → Conflict)."""
+        return await self._call(self._leases().replace_namespaced_lease, name, namespace, body)

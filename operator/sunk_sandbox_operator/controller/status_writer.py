@@ -21,16 +21,17 @@ from .state import BindingState
 log = logging.getLogger("sunk_sandbox_operator")
 
 
-def not_reconciled(condition: str) -> compose.Part:
-    return compose.Part(condition, "Unknown", Common.NOT_RECONCILED, "not reconciled yet")
-
-
 async def flush(ctx: Context, state: BindingState) -> bool:
     """Compose and write the status if it differs from the stored one. True if written."""
     async with state.flush_lock:
         if state.deleted:
             return False
-        parts = [state.parts.get(t) or not_reconciled(t) for t in CONDITION_TYPES if t != "Ready"]
+        if any(t not in state.parts for t in CONDITION_TYPES[1:]):
+            # Not every concern has been observed since this process started (a restart, a new
+            # leader): composing now would flip conditions to NotReconciled and back. Wait.
+            return False
+        ctx.failpoints.hit("before-status-flush")
+        parts = [state.parts[t] for t in CONDITION_TYPES[1:]]
         new = compose.compose(state.status, parts, state.generation, ctx.now_iso())
         if compose.without_volatile(new) == compose.without_volatile(state.status):
             return False

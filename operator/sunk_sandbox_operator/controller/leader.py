@@ -1,0 +1,278 @@
+"""Leader election on a coordination.k8s.io/v1 Lease, after client-go's tools/leaderelection.
+
+One replica writes; the others wait. The rules that keep it to one writer at any instant:
+- Expiry is judged on OUR monotonic clock, never by comparing the remote renewTime with our wall
+  clock: we remember when we last saw the Lease change (holderIdentity, renewTime,
+  resourceVersion) and call it expired once its leaseDurationSeconds (the holder's promise; ours
+  when absent) have passed on our clock since that observation.
+- A holder believes it leads only until `renew_deadline` after the START of its last successful
+  acquire/renew attempt (taken before the GET, so before the write landed and before anyone saw
+  it). Since renew_deadline < lease_duration, it stops writing before any other replica may take
+  over, and `hold` calls `on_lost` at that deadline even when a renew call hangs.
+- Every take-over and renew is a PUT with the read's resourceVersion as precondition, so two
+  replicas racing for an expired Lease cannot both win; the loser sees Conflict and waits.
+
+Usage: `await acquire()` → open the write gate, start writing → `await hold(on_lost)`; `on_lost`
+closes the gate (synchronously, first), then `hold` returns: stop writing, go back to `acquire`.
+On clean shutdown: cancel `hold`, stop writing, `await release()` so a standby takes over at once.
+Clock, wall clock, sleep and jitter are injected, so tests drive time by hand.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import math
+import os
+import random
+import socket
+import time
+import uuid
+from typing import Awaitable, Callable, Protocol, TypeVar
+
+from ..adapters.kube import Conflict, NotFound
+
+log = logging.getLogger("sunk_sandbox_operator")
+
+T = TypeVar("T")
+
+DEFAULT_LEASE_NAME = "sunk-sandbox-operator"
+JITTER_FACTOR = 1.2      # client-go's acquire retry: retry_period · (1 + 1.2·rand)
+_EPSILON = 1e-6          # a deadline this close is due (float sums are not exact)
+
+
+class LeaseAPI(Protocol):
+    """The three Lease calls of `adapters.kube.Kube` the elector needs (raw camelCase dicts)."""
+
+    async def get_lease(self, namespace: str, name: str) -> dict: ...
+
+    async def create_lease(self, namespace: str, body: dict) -> dict: ...
+
+    async def replace_lease(self, namespace: str, name: str, body: dict) -> dict: ...
+
+
+def micro_time_now() -> str:
+    """metav1.MicroTime: RFC 3339 in UTC with microseconds."""
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def new_identity(pod_name: str | None = None) -> str:
+    """The pod name (POD_NAME, else the host name) and a random suffix: a restart is a new identity."""
+    base = pod_name or os.environ.get("POD_NAME") or socket.gethostname()
+    return f"{base}_{uuid.uuid4().hex[:12]}"
+
+
+class _DeadlinePassed(Exception):
+    pass
+
+
+class LeaderElector:
+    def __init__(
+        self,
+        kube: LeaseAPI,
+        namespace: str,
+        name: str = DEFAULT_LEASE_NAME,
+        *,
+        identity: str,
+        lease_duration: float = 15.0,
+        renew_deadline: float = 10.0,
+        retry_period: float = 2.0,
+        clock: Callable[[], float] = time.monotonic,
+        wall_now: Callable[[], str] = micro_time_now,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        jitter: Callable[[], float] = random.random,
+        on_change: Callable[[bool], None] | None = None,
+    ) -> None:
+        if not identity:
+            raise ValueError("identity must not be empty")
+        if retry_period <= 0:
+            raise ValueError("retry_period must be positive")
+        if not lease_duration > renew_deadline:
+            raise ValueError("lease_duration must be greater than renew_deadline")
+        if not renew_deadline > JITTER_FACTOR * retry_period:
+            raise ValueError(f"renew_deadline must be greater than {JITTER_FACTOR} × retry_period")
+        self.kube, self.namespace, self.name, self.identity = kube, namespace, name, identity
+        self.lease_duration, self.renew_deadline, self.retry_period = lease_duration, renew_deadline, retry_period
+        self._clock, self._wall_now, self._sleep, self._jitter = clock, wall_now, sleep, jitter
+        self._on_change = on_change
+        self._lease_seconds = max(1, math.ceil(lease_duration))
+        self._observed_key: tuple | None = None      # (holderIdentity, renewTime, resourceVersion)
+        self._observed_spec: dict = {}
+        self._observed_at = float("-inf")             # our clock when the key last changed
+        self._renewed_at: float | None = None         # our clock at the start of the last successful attempt
+        self._leading = False                         # what on_change last reported
+
+    # ------------------------------------------------------------ queries
+
+    def is_leader(self) -> bool:
+        """True only within renew_deadline of the last successful renew (on our clock), whoever noticed."""
+        return self._renewed_at is not None and self._clock() - self._renewed_at < self.renew_deadline
+
+    def holder(self) -> str:
+        """The holderIdentity last seen on the Lease ("" when free or never read)."""
+        return self._observed_spec.get("holderIdentity") or ""
+
+    # ------------------------------------------------------------ the loops
+
+    async def acquire(self) -> None:
+        """Return once we hold the Lease (created, taken over when expired, or renewed when ours)."""
+        while True:
+            try:
+                if await self._try_acquire_or_renew() and self.is_leader():
+                    break
+                log.debug("leader election: %s/%s is held by %r", self.namespace, self.name, self.holder())
+            except Conflict as exc:
+                log.info("leader election: lost the race for %s/%s: %s", self.namespace, self.name, exc)
+            except Exception as exc:
+                log.warning("leader election: cannot acquire %s/%s: %s", self.namespace, self.name, exc)
+            await self._sleep(self.retry_period * (1.0 + JITTER_FACTOR * self._jitter()))
+        log.info("leader election: %s leads (%s/%s)", self.identity, self.namespace, self.name)
+        self._set_leading(True)
+
+    async def hold(self, on_lost: Callable[[], None]) -> None:
+        """Renew every retry_period until leadership is lost; then call on_lost() first, and return.
+
+        Lost: no successful renew for renew_deadline (any error, Conflict, a hung call), or the Lease
+        names another holder (stepping down at once is always safe). Called when not leading, it
+        calls on_lost() and returns at once. Cancelling it (shutdown) calls nothing: then release().
+        """
+        while True:
+            remaining = self._remaining()
+            if remaining <= _EPSILON:
+                break
+            await self._sleep(min(self.retry_period, remaining))
+            remaining = self._remaining()
+            if remaining <= _EPSILON:
+                break
+            try:
+                held = await self._within(remaining, self._try_acquire_or_renew())
+            except _DeadlinePassed:
+                log.warning("leader election: renewing %s/%s did not answer by the deadline", self.namespace, self.name)
+                break
+            except Conflict as exc:
+                log.info("leader election: renewing %s/%s lost a race, retrying: %s", self.namespace, self.name, exc)
+                continue
+            except Exception as exc:
+                log.warning("leader election: cannot renew %s/%s, retrying: %s", self.namespace, self.name, exc)
+                continue
+            if not held:
+                log.warning("leader election: %s/%s is now held by %r", self.namespace, self.name, self.holder())
+                break
+        log.warning("leader election: %s lost leadership of %s/%s", self.identity, self.namespace, self.name)
+        self._renewed_at = None
+        try:
+            on_lost()
+        finally:
+            self._set_leading(False)
+
+    async def release(self) -> bool:
+        """On clean shutdown (hold cancelled, writing stopped): free the Lease if it still names us.
+
+        holderIdentity "" and leaseDurationSeconds 1, as client-go's ReleaseOnCancel, so a standby
+        takes over on its next retry. Errors are logged; returns whether the Lease was released.
+        """
+        self._renewed_at = None
+        self._set_leading(False)
+        try:
+            lease = await self.kube.get_lease(self.namespace, self.name)
+            spec = lease.get("spec") or {}
+            if spec.get("holderIdentity") != self.identity:
+                return False
+            now = self._wall_now()
+            body = {**lease, "spec": {**spec, "holderIdentity": "", "leaseDurationSeconds": 1,
+                                      "acquireTime": now, "renewTime": now,
+                                      "leaseTransitions": int(spec.get("leaseTransitions") or 0)}}
+            released = await self.kube.replace_lease(self.namespace, self.name, body)
+        except Exception as exc:
+            log.warning("leader election: cannot release %s/%s: %s", self.namespace, self.name, exc)
+            return False
+        self._observe(released, self._clock())
+        log.info("leader election: %s released %s/%s", self.identity, self.namespace, self.name)
+        return True
+
+    # ------------------------------------------------------------ one attempt (client-go's tryAcquireOrRenew)
+
+    async def _try_acquire_or_renew(self) -> bool:
+        """True when we now hold the Lease; False when another holder's Lease is still valid. Errors raise."""
+        start = self._clock()
+        try:
+            lease = await self.kube.get_lease(self.namespace, self.name)
+        except NotFound:
+            now = self._wall_now()
+            body = {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {"name": self.name, "namespace": self.namespace},
+                "spec": {"holderIdentity": self.identity, "leaseDurationSeconds": self._lease_seconds,
+                         "acquireTime": now, "renewTime": now, "leaseTransitions": 0},
+            }
+            created = await self.kube.create_lease(self.namespace, body)
+            self._observe(created, self._clock())
+            self._renewed_at = start
+            return True
+        self._observe(lease, self._clock())
+        spec = lease.get("spec") or {}
+        holder = spec.get("holderIdentity") or ""
+        ours = holder == self.identity
+        if holder and not ours and self._observed_valid():
+            return False
+        now = self._wall_now()
+        transitions = int(spec.get("leaseTransitions") or 0)
+        new_spec = {
+            **spec,
+            "holderIdentity": self.identity,
+            "leaseDurationSeconds": self._lease_seconds,
+            "acquireTime": spec.get("acquireTime") if ours and spec.get("acquireTime") else now,
+            "renewTime": now,
+            "leaseTransitions": transitions if ours else transitions + 1,
+        }
+        # The read's metadata, resourceVersion included: the PUT's precondition.
+        replaced = await self.kube.replace_lease(self.namespace, self.name, {**lease, "spec": new_spec})
+        self._observe(replaced, self._clock())
+        self._renewed_at = start
+        return True
+
+    def _observe(self, lease: dict, at: float) -> None:
+        spec = lease.get("spec") or {}
+        key = (spec.get("holderIdentity") or "", spec.get("renewTime"),
+               (lease.get("metadata") or {}).get("resourceVersion"))
+        if key != self._observed_key:
+            self._observed_key, self._observed_at = key, at
+        self._observed_spec = spec
+
+    def _observed_valid(self) -> bool:
+        seconds = self._observed_spec.get("leaseDurationSeconds")
+        duration = float(seconds) if isinstance(seconds, (int, float)) and seconds > 0 else self.lease_duration
+        return self._clock() < self._observed_at + duration
+
+    # ------------------------------------------------------------ helpers
+
+    def _remaining(self) -> float:
+        if self._renewed_at is None:
+            return float("-inf")
+        return self._renewed_at + self.renew_deadline - self._clock()
+
+    async def _within(self, timeout: float, coro: Awaitable[T]) -> T:
+        """`coro`'s result, or _DeadlinePassed after `timeout` on the injected clock (the call is abandoned)."""
+        work = asyncio.ensure_future(coro)
+        timer = asyncio.ensure_future(self._sleep(timeout))
+        try:
+            await asyncio.wait({work, timer}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            timer.cancel()
+            if not work.done():
+                work.cancel()
+        if work.done() and not work.cancelled():
+            return work.result()
+        raise _DeadlinePassed()
+
+    def _set_leading(self, leading: bool) -> None:
+        if leading == self._leading:
+            return
+        self._leading = leading
+        if self._on_change is not None:
+            try:
+                self._on_change(leading)
+            except Exception:
+                log.exception("leader election: the on_change hook failed")
