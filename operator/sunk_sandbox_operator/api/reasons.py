@@ -78,6 +78,10 @@ class PolicySynced(_Reason):
     API_UNAVAILABLE = "APIUnavailable", "the API did not answer; retried with backoff"
     SCHEDULER_NAME_UNKNOWN = "SchedulerNameUnknown", "see SchedulerReady"
     INVALID_BINDING = "InvalidBinding", "the binding cannot produce a policy (e.g. a pinned key that is also a client key)"
+    RECORD_FAILED = "RecordFailed", (
+        "the ownership record (ConfigMap `ssb-policy-…` in the operator's namespace) could not be written, so "
+        "nothing was written to the policy: check the operator's Role there (manifests/rbac-operator.yaml); "
+        "retried with backoff")
 
 
 class ScopeSynced(_Reason):

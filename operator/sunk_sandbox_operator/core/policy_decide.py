@@ -146,4 +146,4 @@ def section(previous: dict | None, changes: dict[str, Any]) -> dict:
 
 # Failures worth retrying soon (with backoff), rather than at the next resync.
 TRANSIENT = frozenset({PolicySynced.API_UNAVAILABLE, PolicySynced.CONFLICT_RETRIES_EXHAUSTED,
-                       PolicySynced.CREDENTIALS_MISSING})
+                       PolicySynced.CREDENTIALS_MISSING, PolicySynced.RECORD_FAILED})
