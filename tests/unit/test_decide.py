@@ -97,7 +97,7 @@ def test_api_errors_by_connect_code(code: str, reason: str) -> None:
 def test_conflict_exhausted_and_the_transient_reasons() -> None:
     r = pd.conflict_exhausted(6)
     assert r.reason == "ConflictRetriesExhausted" and "6 times in a row" in r.message
-    assert {"APIUnavailable", "ConflictRetriesExhausted", "CredentialsMissing"} == {str(x) for x in pd.TRANSIENT}
+    assert {"APIUnavailable", "ConflictRetriesExhausted", "CredentialsMissing", "RecordFailed"} == {str(x) for x in pd.TRANSIENT}
 
 
 def test_policy_section_merges_into_the_previous_one_through_the_model() -> None:
