@@ -19,10 +19,11 @@ commands:
 
 def _run(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="sunk-sandbox-operator run", description="Run the operator.")
-    # Always on (one replica, strategy Recreate, cluster-wide); accepted so manifests can say so.
-    parser.add_argument("--standalone", action="store_true", help="no kopf peering (always)")
+    # Always on (leader election on a Lease, not kopf peering; cluster-wide); accepted so manifests can say so.
+    parser.add_argument("--standalone", action="store_true", help="no kopf peering (always: a Lease elects the leader)")
     parser.add_argument("--all-namespaces", "-A", action="store_true", help="watch all namespaces (always)")
-    parser.add_argument("--liveness", default=None, help="kopf liveness endpoint, e.g. http://0.0.0.0:8081/healthz")
+    parser.add_argument("--liveness", default=None,
+                        help="serve /healthz and /readyz on this address, e.g. http://0.0.0.0:8081/healthz")
     parser.add_argument("--metrics-port", type=int, default=int(os.environ.get("SSB_METRICS_PORT", "0")),
                         help="serve Prometheus metrics on this port (0: off)")
     parser.add_argument("--log-format", choices=["plain", "full", "json"], default="full")
@@ -43,9 +44,12 @@ def _run(argv: list[str]) -> int:
         # kopf logs "Handler ... succeeded" at INFO for every binding event, our own status
         # patches included: quiet by default, warnings and errors still show (--verbose: all).
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
-    from . import handlers  # noqa: F401  (registers the handlers)
+    import asyncio
 
-    kopf.run(clusterwide=True, standalone=True, liveness_endpoint=args.liveness)
+    from . import handlers  # noqa: F401  (registers the handlers)
+    from .controller import main
+
+    asyncio.run(main.run(args.liveness))
     return 0
 
 

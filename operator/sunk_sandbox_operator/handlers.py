@@ -7,8 +7,6 @@ one LIST + WATCH per kind, compact caches, no per-object kopf machinery).
 
 from __future__ import annotations
 
-import logging
-
 import kopf
 
 from .api import keys
@@ -18,14 +16,8 @@ BINDINGS = (keys.GROUP, keys.VERSION, keys.PLURAL)
 
 
 @kopf.on.startup()
-async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.Logger, **_) -> None:
-    lifecycle.configure(settings)
-    memo.ctx = await lifecycle.start(logger)
-
-
-@kopf.on.cleanup()
-async def cleanup(memo: kopf.Memo, **_) -> None:
-    await lifecycle.stop(memo.ctx)
+async def startup(settings: kopf.OperatorSettings, **_) -> None:
+    lifecycle.configure(settings)  # the context (memo.ctx) is built before kopf starts: controller/main.py
 
 
 @kopf.on.event(*BINDINGS)

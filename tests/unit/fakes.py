@@ -172,6 +172,12 @@ class FakeKube:
         self._rv = 100
         self._uid = 0
 
+    writable: Callable[[], bool] = staticmethod(lambda: True)
+
+    def check_writable(self) -> None:
+        if not self.writable():
+            raise k.NotLeader("this replica is not the leader: nothing is written")
+
     # ------------------------------------------------------------ test setup
 
     def add(self, kind: str, obj: dict) -> dict:

@@ -178,3 +178,29 @@ def test_the_fake_kube_of_the_unit_tests_has_the_real_ones_methods() -> None:
                 if not n.startswith("_")}
 
     assert methods(FakeKube) == methods(k.Kube)
+
+
+WRITES = {"patch_binding_status": ("ns", "b", {}), "replace_configmap": ("ns", "cm", {}),
+          "create_configmap": ("ns", {"metadata": {"name": "cm"}}), "delete_configmap": ("ns", "cm"),
+          "merge_patch_deployment": ("ns", "d", {}), "merge_patch_application": ("ns", "a", {}),
+          "create_event": ("ns", {}), "create_rolebinding": ("ns", {}), "delete_rolebinding": ("ns", "rb")}
+
+
+@pytest.mark.parametrize("method", sorted(WRITES))
+async def test_every_write_is_refused_while_not_leading_and_nothing_is_sent(kube, method) -> None:
+    sent = []
+    kube._call = lambda *a, **kw: sent.append(a)  # would record a request; must never be reached
+    kube.writable = lambda: False
+    with pytest.raises(k.NotLeader):
+        await getattr(kube, method)(*WRITES[method])
+    assert sent == []
+
+
+async def test_reads_and_the_lease_are_not_gated(kube) -> None:
+    kube.writable = lambda: False
+
+    async def answer(*_a, **_kw):
+        return {"items": []}
+    kube._call = answer
+    assert await kube.list_namespaces() == []
+    assert await kube.get_lease("ns", "l") == {"items": []}  # the elector needs the Lease while standing by

@@ -184,16 +184,19 @@ def test_no_role_anywhere_grants_more_than_get_on_secrets_or_wildcards(objects):
                 assert (group, resource, verb) == ("", "secrets", "get"), f"{where}: {verb} on secrets"
 
 
-def test_no_peering_or_lease_permissions(objects):
+def test_no_peering_and_leases_only_in_the_operator_namespace(objects):
     for _, doc in objects:
         if doc["kind"] in {"Role", "ClusterRole"}:
             resources = {r for _, r, _, _ in flatten(doc["rules"])}
-            assert not resources & {"clusterkopfpeerings", "kopfpeerings", "leases"}
+            assert not resources & {"clusterkopfpeerings", "kopfpeerings"}
+            if "leases" in resources:
+                assert doc["kind"] == "Role" and doc["metadata"]["namespace"] == OPERATOR_NS
 
 
 def test_operator_namespace_role_is_only_configmaps_there(objects):
     role = find(objects, "Role", "sunk-sandbox-operator", OPERATOR_NS)
-    assert flatten(role["rules"]) == {("", "configmaps", verb, None) for verb in ("get", "create", "update", "delete")}
+    assert flatten(role["rules"]) == ({("", "configmaps", verb, None) for verb in ("get", "create", "update", "delete")}
+                                      | {("coordination.k8s.io", "leases", verb, None) for verb in ("get", "create", "update")})
     binding = find(objects, "RoleBinding", "sunk-sandbox-operator", OPERATOR_NS)
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "sunk-sandbox-operator"}
 
@@ -216,8 +219,8 @@ def test_rbac_names_the_crd_that_ships(objects):
 
 def test_deployment_shape(deployment, container):
     spec = deployment["spec"]
-    assert spec["replicas"] == 1
-    assert spec["strategy"] == {"type": "Recreate"}
+    assert spec["replicas"] == 2  # one leader, one warm standby
+    assert spec["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}
     pod = spec["template"]["spec"]
     assert pod["serviceAccountName"] == SA
     assert "priorityClassName" not in pod
@@ -228,15 +231,22 @@ def test_deployment_shape(deployment, container):
     ]
     assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"metrics": 8080, "health": 8081}
     env = {e["name"]: e for e in container["env"]}
-    assert env["SSB_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    assert env["POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+
+
+def test_pod_disruption_budget_keeps_one_replica(objects, deployment):
+    pdb = find(objects, "PodDisruptionBudget", "sunk-sandbox-operator", OPERATOR_NS)
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
 
 
 def test_probes_match_the_liveness_flag(container):
     liveness_arg = next(a for a in container["args"] if a.startswith("--liveness="))
     url = urlparse(liveness_arg.split("=", 1)[1])
-    for probe in ("livenessProbe", "readinessProbe"):
+    for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
         get = container[probe]["httpGet"]
-        assert get["path"] == url.path == "/healthz"
+        assert get["path"] == path and url.path == "/healthz"
         assert get["port"] == url.port == 8081
     metrics_arg = next(a for a in container["args"] if a.startswith("--metrics-port="))
     assert int(metrics_arg.split("=", 1)[1]) == 8080
@@ -364,7 +374,8 @@ def test_kustomization_references_exist():
 def test_main_kustomization_lists_the_operator():
     doc = yaml.safe_load((MANIFESTS / "kustomization.yaml").read_text())
     assert set(doc["resources"]) >= {"../crds", "namespace.yaml", "serviceaccount.yaml", "rbac.yaml",
-                                     "rbac-secrets.yaml", "rbac-operator.yaml", "deployment.yaml", "service.yaml"}
+                                     "rbac-secrets.yaml", "rbac-operator.yaml", "deployment.yaml", "pdb.yaml",
+                                     "service.yaml"}
     assert "namespace" not in doc, "a kustomize namespace would move the tenant-slurm Secret Role"
     assert doc["images"] == [{"name": "sunk-sandbox-operator", "newName": IMAGE.rsplit(":", 1)[0],
                               "newTag": IMAGE.rsplit(":", 1)[1]}]

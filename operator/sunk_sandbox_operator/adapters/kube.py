@@ -43,6 +43,10 @@ class Invalid(KubeError):
     """422: the server refused the object (e.g. an immutable ConfigMap)."""
 
 
+class NotLeader(KubeError):
+    """A write was attempted while this replica does not hold the leader Lease: refused locally."""
+
+
 def _translate(exc: ApiException) -> Exception:
     kind = {404: NotFound, 409: Conflict, 403: Forbidden, 422: Invalid}.get(exc.status)
     return kind(_reason(exc)) if kind else exc
@@ -71,10 +75,17 @@ class Kube:
 
     def __init__(self, api_client: kubernetes.client.ApiClient) -> None:
         self.api_client = api_client
+        # The write gate: leader election opens it while this replica leads. Every write below
+        # checks it first, so a replica that lost its Lease writes nothing, whatever is in flight.
+        self.writable: Callable[[], bool] = lambda: True
         self.core = kubernetes.client.CoreV1Api(api_client)
         self.apps = kubernetes.client.AppsV1Api(api_client)
         self.rbac = kubernetes.client.RbacAuthorizationV1Api(api_client)
         self.custom = kubernetes.client.CustomObjectsApi(api_client)
+
+    def check_writable(self) -> None:
+        if not self.writable():
+            raise NotLeader("this replica is not the leader: nothing is written")
 
     async def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict:
         def run() -> dict:
@@ -124,17 +135,21 @@ class Kube:
     # ------------------------------------------------------------ writes
 
     async def patch_binding_status(self, namespace: str, name: str, status_patch: dict) -> dict:
+        self.check_writable()
         return await self._call(self.custom.patch_namespaced_custom_object_status, keys.GROUP, keys.VERSION,
                                 namespace, keys.PLURAL, name, {"status": status_patch})
 
     async def replace_configmap(self, namespace: str, name: str, body: dict) -> dict:
         """PUT with the body's resourceVersion as precondition (409 → Conflict, 422 → Invalid)."""
+        self.check_writable()
         return await self._call(self.core.replace_namespaced_config_map, name, namespace, body)
 
     async def create_configmap(self, namespace: str, body: dict) -> dict:
+        self.check_writable()
         return await self._call(self.core.create_namespaced_config_map, namespace, body)
 
     async def delete_configmap(self, namespace: str, name: str) -> None:
+        self.check_writable()
         try:
             await self._call(self.core.delete_namespaced_config_map, name, namespace)
         except NotFound:
@@ -142,21 +157,26 @@ class Kube:
 
     async def merge_patch_deployment(self, namespace: str, name: str, patch: dict) -> dict:
         """JSON merge patch (the generated client would pick json-patch for a dict body)."""
+        self.check_writable()
         return await self._call(self.apps.patch_namespaced_deployment, name, namespace, patch,
                                 _content_type=MERGE_PATCH)
 
     async def merge_patch_application(self, namespace: str, name: str, patch: dict) -> dict:
         """JSON merge patch of an Argo CD Application; metadata.resourceVersion in it is a precondition."""
+        self.check_writable()
         return await self._call(self.custom.patch_namespaced_custom_object, ARGO_GROUP, ARGO_VERSION, namespace,
                                 ARGO_PLURAL, name, patch, _content_type=MERGE_PATCH)
 
     async def create_event(self, namespace: str, body: dict) -> dict:
+        self.check_writable()
         return await self._call(self.core.create_namespaced_event, namespace, body)
 
     async def create_rolebinding(self, namespace: str, body: dict) -> dict:
+        self.check_writable()
         return await self._call(self.rbac.create_namespaced_role_binding, namespace, body)
 
     async def delete_rolebinding(self, namespace: str, name: str) -> None:
+        self.check_writable()
         try:
             await self._call(self.rbac.delete_namespaced_role_binding, name, namespace)
         except NotFound:

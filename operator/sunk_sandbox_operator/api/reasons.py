@@ -43,6 +43,7 @@ class Common(_Reason):
     NOT_RECONCILED = "NotReconciled", "— (transient: the operator has not looked yet)"
     INVALID_SPEC = "InvalidSpec", "the spec does not validate against the operator's models (a CRD older than the operator?): re-apply crds/"
     RUNNER_CONFLICT = "RunnerConflict", "an older binding manages the same runner; this one writes nothing: delete one"
+    API_ERROR = "APIError", "transient (Unknown): a Kubernetes read failed (the message says which); retried with backoff"
 
 
 class Ready(_Reason):

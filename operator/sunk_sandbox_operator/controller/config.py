@@ -30,6 +30,10 @@ class Config:
     metrics_port: int = 0
     # The operator's own namespace: policy ownership records, the leader Lease.
     operator_namespace: str = "sunk-sandbox-operator-system"
+    # Leader election (client-go's defaults): lease, renew deadline, retry period, seconds.
+    lease_duration_seconds: float = 15.0
+    renew_deadline_seconds: float = 10.0
+    retry_period_seconds: float = 2.0
     # Failpoints for crash tests (controller/failpoints.py); empty in production.
     failpoints: str = ""
     # Items per LIST page of the Namespace and Pod informers (bounded memory while listing).
@@ -54,6 +58,9 @@ def load() -> Config:
         operator_namespace=os.environ.get("POD_NAMESPACE") or os.environ.get("SSB_OPERATOR_NAMESPACE")
         or "sunk-sandbox-operator-system",
         failpoints=os.environ.get("SSB_FAILPOINTS", ""),
+        lease_duration_seconds=_float("SSB_LEASE_DURATION_SECONDS", 15.0),
+        renew_deadline_seconds=_float("SSB_RENEW_DEADLINE_SECONDS", 10.0),
+        retry_period_seconds=_float("SSB_RETRY_PERIOD_SECONDS", 2.0),
         restore_retries=int(_float("SSB_RESTORE_RETRIES", 30)),
         restore_retry_delay_seconds=_float("SSB_RESTORE_RETRY_DELAY_SECONDS", 10.0),
     )

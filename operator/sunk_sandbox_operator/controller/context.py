@@ -51,7 +51,11 @@ class Context:
             self.event_sink = events.KubeEventSink(self.kube, self.now_iso)
         self._post = events.safe(self.event_sink)
         if self.metrics is None:
-            self.metrics = Metrics(self.bindings.samples)
+            self.metrics = Metrics(lambda: self.bindings.samples())
+
+    def reset_bindings(self) -> None:
+        """Forget every binding (leadership lost): the next leader term starts from the API's state."""
+        self.bindings = Registry()
 
     async def synced(self) -> None:
         """Until every informer has its initial LIST in the caches (a first reconcile waits for this)."""

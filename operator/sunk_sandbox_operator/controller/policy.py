@@ -117,6 +117,7 @@ async def sync(ctx: Context, state: BindingState, scheduler_name: str | None) ->
         # Write-ahead: what this write makes ours (with the values before it) is on record first.
         await _save(ctx, state, "pending", d.owned, runner.etag)
         ctx.failpoints.hit("after-policy-intent")
+        ctx.kube.check_writable()
         written = await api.update_managed_runner(spec.runner.id, identity=runner.identity, policy=d.write,
                                                   etag=runner.etag)
         ctx.failpoints.hit("after-policy-write")
@@ -169,6 +170,7 @@ async def restore(ctx: Context, state: BindingState) -> None:
         restored = pol.restore(runner.policy, owned)
         if pol.strict_equal(restored, runner.policy):
             return
+        ctx.kube.check_writable()  # the runner API is outside the Kube adapter: same gate
         await api.update_managed_runner(runner_id, identity=runner.identity, policy=restored, etag=runner.etag)
         ctx.event(state, "Normal", "PolicyRestored",
                   f"runner {runner_id} policy: " + "; ".join(pol.diff(runner.policy, restored)[:8]))

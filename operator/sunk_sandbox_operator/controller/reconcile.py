@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import logging
 
+from kubernetes.client.rest import ApiException
+
+from ..adapters import kube as k
 from ..adapters import scheduler as sched
 from ..api.reasons import CONDITION_TYPES, Common
 from ..core import conflicts, scheduler
@@ -22,6 +25,10 @@ from .state import BindingState
 from .status_writer import flush
 
 log = logging.getLogger("sunk_sandbox_operator")
+
+# A failing Kubernetes read (a 500, a 429, a timeout, the API server away) reported on one
+# condition and retried with backoff, never an aborted reconcile.
+TRANSIENT_ERRORS = (k.KubeError, ApiException, OSError, TimeoutError)
 
 
 def resync_seconds(state: BindingState) -> float:
@@ -59,15 +66,32 @@ async def reconcile(ctx: Context, state: BindingState) -> None:
         return
     await ctx.synced()  # the first reconcile waits for the namespace and pod caches' initial LIST
     state.reconciled_generation = state.generation
-    d = await discover(ctx, state)
-    state.discovery = d
-    status, reason, message = scheduler.scheduler_condition(d)
-    state.report(Part("SchedulerReady", status, reason, message, "scheduler", scheduler.to_status(d).wire()))
+    transient = False
+    try:
+        d = await discover(ctx, state)
+        state.discovery = d
+        status, reason, message = scheduler.scheduler_condition(d)
+        state.report(Part("SchedulerReady", status, reason, message, "scheduler", scheduler.to_status(d).wire()))
+    except TRANSIENT_ERRORS as exc:  # stays on this condition; the rest goes on with what was known
+        transient = True
+        state.report(Part("SchedulerReady", "Unknown", Common.API_ERROR,
+                          f"reading the scheduler's pods and ConfigMaps failed ({exc}); retrying", "scheduler",
+                          state.section("scheduler") or None))
+    d = state.discovery or scheduler.Discovery(namespace=spec.scheduler_namespace(state.namespace), selector="")
     placement.set_expectations(ctx, state, d)
 
-    state.conflict = await _conflict(ctx, state)
-    state.conflict_checked = True
-    if state.conflict:
+    try:
+        state.conflict = await _conflict(ctx, state)
+        state.conflict_checked = True
+    except TRANSIENT_ERRORS as exc:
+        transient = True
+        if not state.conflict_checked:  # never known: write nothing rather than fight an older binding
+            msg = f"listing bindings to check runner conflicts failed ({exc}); retrying"
+            state.report(Part("PolicySynced", "Unknown", Common.API_ERROR, msg))
+            state.report(Part("ScopeSynced", "Unknown", Common.API_ERROR, msg))
+    if not state.conflict_checked:
+        pass  # reported above: nothing is written until the conflict check has answered once
+    elif state.conflict:
         msg = (f"binding {state.conflict} already manages runner {spec.runner.id}; this younger binding writes "
                "nothing: delete one of them")
         state.report(Part("PolicySynced", "False", Common.RUNNER_CONFLICT, msg))
@@ -76,7 +100,7 @@ async def reconcile(ctx: Context, state: BindingState) -> None:
         state.report(await policy.sync(ctx, state, d.name))
         state.report(await scope.sync(ctx, state))
     policy_part = state.parts["PolicySynced"]
-    transient = policy_part.status == "False" and policy_part.reason in TRANSIENT
+    transient = transient or (policy_part.status == "False" and policy_part.reason in TRANSIENT)
     state.failures = state.failures + 1 if transient else 0
     placement.report(state)
     await flush(ctx, state)
