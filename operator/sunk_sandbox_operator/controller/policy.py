@@ -84,8 +84,8 @@ def client(ctx: Context, state: BindingState) -> rc.RunnerClient:
     mem.client = rc.RunnerClient(spec.runner.api_url, token, max_retries=2, backoff_max=2.0,
                                  on_call=lambda method, code: calls.labels(method=method, code=code).inc())
     mem.client_key = key
-    if old is not None:
-        asyncio.ensure_future(old.aclose())
+    if old is not None:  # credentials changed: close the old client (kept referenced until done)
+        mem.closing = asyncio.ensure_future(old.aclose())
     return mem.client
 
 

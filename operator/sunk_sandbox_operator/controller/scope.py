@@ -158,6 +158,9 @@ def _retry_later(ctx: Context, part: Part, mem: ScopeMemory) -> None:
     """Conflict (someone kept writing) and unclassified errors are transient: try again soon."""
     if part.reason not in (ScopeSynced.CONFLICT, ScopeSynced.ERROR):
         mem.failures = 0
+        if mem.retry_handle is not None:  # recovered: the pending retry is not needed any more
+            mem.retry_handle.cancel()
+            mem.retry_handle = None
         return
     delay = retry.FAILURE_BACKOFF.delay(mem.failures)
     mem.failures += 1

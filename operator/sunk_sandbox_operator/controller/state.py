@@ -29,6 +29,7 @@ Key = tuple[str, str]  # (namespace, name)
 class PolicyMemory:
     client: "RunnerClient | None" = None
     client_key: tuple[str, str, str] | None = None  # (apiURL, secret name, key) the client was built for
+    closing: "asyncio.Future | None" = None         # the previous client being closed
 
 
 @dataclass
