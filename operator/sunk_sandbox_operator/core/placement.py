@@ -27,20 +27,26 @@ from ..api.status import Mismatch, PlacementStatus
 
 @dataclass(frozen=True, slots=True)
 class PodFacts:
-    """The few facts kept per sandbox pod."""
+    """One pod judged against one binding's expectations: the record plus the verdict."""
 
-    namespace: str
-    name: str
-    uid: str
-    created: str | None
-    created_ts: float | None
-    phase: str | None
-    scheduler_name: str | None
-    partition: str | None
-    grace: int
+    pod: PodRecord
     mismatch: str | None
     hazards: frozenset[str]
-    error: str | None = None
+
+    # The record's facts, read through (no copy per binding).
+    namespace = property(lambda self: self.pod.namespace)
+    name = property(lambda self: self.pod.name)
+    uid = property(lambda self: self.pod.uid)
+    created = property(lambda self: self.pod.created)
+    created_ts = property(lambda self: self.pod.created_ts)
+    phase = property(lambda self: self.pod.phase)
+    scheduler_name = property(lambda self: self.pod.scheduler_name)
+    grace = property(lambda self: self.pod.grace)
+    error = property(lambda self: self.pod.error)
+
+    @property
+    def partition(self) -> str | None:
+        return _str_or_none(self.pod.annotation(PARTITION_ANNOTATION))
 
     @property
     def ref(self) -> str:
@@ -76,8 +82,7 @@ def observe_pod(
             raise TypeError("observe_pod needs a quantity parser to decode a raw pod")
         pod = decode_pod(pod, quantity)
     if pod.error and not pod.namespace and not pod.name:
-        return PodFacts("", "", "", None, None, None, None, None, DEFAULT_GRACE_SECONDS, None, _NO_HAZARDS,
-                        error=pod.error)
+        return PodFacts(pod, None, _NO_HAZARDS)
     differences: list[str] = []
     if scheduler_name is not None and pod.scheduler_name != scheduler_name:
         differences.append(f"spec.schedulerName is {_describe(pod.scheduler_name)}, expected {scheduler_name!r}")
@@ -95,20 +100,7 @@ def observe_pod(
             hazards.add(NON_NUMERIC_USER_ID)
     if kill_wait is not None and not is_safe(pod.grace, kill_wait):
         hazards.add(GRACE_TOO_LONG)
-    return PodFacts(
-        namespace=pod.namespace,
-        name=pod.name,
-        uid=pod.uid,
-        created=pod.created,
-        created_ts=pod.created_ts,
-        phase=pod.phase,
-        scheduler_name=pod.scheduler_name,
-        partition=_str_or_none(pod.annotation(PARTITION_ANNOTATION)),
-        grace=pod.grace,
-        mismatch="; ".join(differences) or None,
-        hazards=_interned_hazards(hazards),
-        error=pod.error,
-    )
+    return PodFacts(pod, "; ".join(differences) or None, _interned_hazards(hazards))
 
 
 def new_hazards(previous: PodFacts | None, current: PodFacts) -> frozenset[str]:
