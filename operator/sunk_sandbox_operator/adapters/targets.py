@@ -9,8 +9,9 @@ entry in `KINDS`.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Iterator, Protocol
 
 from ..api.reasons import ScopeSynced
 from ..api.keys import SCHEDULER_CONFIGMAP_LABEL
@@ -63,8 +64,30 @@ class ScopeTarget(Protocol):
         ...
 
 
-def _forbidden(what: str, verb: str, exc: Exception) -> TargetProblem:
-    return TargetProblem(ScopeSynced.FORBIDDEN, f"the operator may not {verb} {what}: {exc}")
+@contextmanager
+def _reading(target: "ScopeTarget", what: str) -> Iterator[None]:
+    """The API's answers to a read, as the problems ScopeSynced reports (with the fix)."""
+    try:
+        yield
+    except k.NotFound:
+        raise TargetProblem(ScopeSynced.TARGET_NOT_FOUND, f"{what} not found: create it or fix "
+                            "spec.scope.target") from None
+    except k.Forbidden as exc:
+        raise TargetProblem(ScopeSynced.FORBIDDEN, f"the operator may not read {target.describe()}: {exc}") from None
+
+
+@contextmanager
+def _writing(target: "ScopeTarget") -> Iterator[None]:
+    """The API's answers to a write with a precondition (kube.Conflict passes through: a lost race)."""
+    try:
+        yield
+    except k.Forbidden as exc:
+        raise TargetProblem(ScopeSynced.FORBIDDEN, f"the operator may not write {target.describe()}: {exc}") from None
+    except k.NotFound:
+        raise TargetProblem(ScopeSynced.TARGET_NOT_FOUND, f"{target.describe()} disappeared while being written") from None
+    except k.Invalid as exc:
+        raise TargetProblem(ScopeSynced.INVALID_CONFIG,
+                            f"the API server refused the write to {target.describe()}: {exc}") from None
 
 
 def _version(obj: dict, *fingerprint: str) -> tuple:
@@ -102,13 +125,8 @@ class ConfigMapTarget:
         return f"ConfigMap {self.namespace}/{self.name} key {self.key} at {self.path}"
 
     async def read(self) -> TargetRead:
-        try:
+        with _reading(self, f"ConfigMap {self.namespace}/{self.name}"):
             obj = await self.kube.get_configmap(self.namespace, self.name)
-        except k.NotFound:
-            raise TargetProblem(ScopeSynced.TARGET_NOT_FOUND, f"ConfigMap {self.namespace}/{self.name} not found: "
-                                "create it or fix spec.scope.target") from None
-        except k.Forbidden as exc:
-            raise _forbidden(self.describe(), "read", exc) from None
         data = obj.get("data") or {}
         if self.key not in data:
             raise TargetProblem(ScopeSynced.TARGET_NOT_FOUND, f"ConfigMap {self.namespace}/{self.name} has no key "
@@ -131,17 +149,10 @@ class ConfigMapTarget:
             data = {**data, self.key: text}
         meta = {**read.obj["metadata"], "annotations": _annotations_with(read.obj, ledger)}
         body = {**read.obj, "metadata": meta, "data": data}
-        try:
+        with _writing(self):
             written = await self.kube.replace_configmap(self.namespace, self.name, body)
-            if new_doc is not None:  # what we wrote was checked to parse to new_doc: the next read need not parse
-                _remember(self.memo, _version(written, self.key, self.path), (new_doc, None))
-        except k.Forbidden as exc:
-            raise _forbidden(self.describe(), "write", exc) from None
-        except k.NotFound:
-            raise TargetProblem(ScopeSynced.TARGET_NOT_FOUND, f"{self.describe()} disappeared while being written") from None
-        except k.Invalid as exc:
-            raise TargetProblem(ScopeSynced.INVALID_CONFIG,
-                                f"the API server refused the write to {self.describe()}: {exc}") from None
+        if new_doc is not None:  # what we wrote was checked to parse to new_doc: the next read need not parse
+            _remember(self.memo, _version(written, self.key, self.path), (new_doc, None))
 
 
 class ApplicationTarget:
@@ -157,13 +168,8 @@ class ApplicationTarget:
         return f"Application {self.namespace}/{self.name} at spec.source.helm.valuesObject.{self.path}"
 
     async def read(self) -> TargetRead:
-        try:
+        with _reading(self, f"Argo CD Application {self.namespace}/{self.name}"):
             obj = await self.kube.get_application(self.namespace, self.name)
-        except k.NotFound:
-            raise TargetProblem(ScopeSynced.TARGET_NOT_FOUND, f"Argo CD Application {self.namespace}/{self.name} not "
-                                "found: create it or fix spec.scope.target") from None
-        except k.Forbidden as exc:
-            raise _forbidden(self.describe(), "read", exc) from None
         spec = obj.get("spec") or {}
         source = spec.get("source")
         if not isinstance(source, dict):
@@ -181,15 +187,8 @@ class ApplicationTarget:
         if values is not None:
             patch["spec"] = {"source": {"helm": {"valuesObject": scope_doc.set_path_patch(self.path, values,
                                                                                           read.list.style)}}}
-        try:
+        with _writing(self):
             await self.kube.merge_patch_application(self.namespace, self.name, patch)
-        except k.Forbidden as exc:
-            raise _forbidden(self.describe(), "write", exc) from None
-        except k.NotFound:
-            raise TargetProblem(ScopeSynced.TARGET_NOT_FOUND, f"{self.describe()} disappeared while being written") from None
-        except k.Invalid as exc:
-            raise TargetProblem(ScopeSynced.INVALID_CONFIG,
-                                f"the API server refused the write to {self.describe()}: {exc}") from None
 
 
 def _configmap(kube: k.Kube, spec: BindingSpec, scheduler_namespace: str, discovered_name: str | None,
