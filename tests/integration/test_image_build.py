@@ -18,25 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.test_dockerfile import (DOCKERFILE, ROOT, Stage, copy_context, dockerignore_patterns,
-                                        parse_dockerfile, parse_key_values)
+from tests.unit.test_dockerfile import (ROOT, builder, copy_context, dockerignore_patterns,  # noqa: F401 (fixtures)
+                                        final, parse_key_values, stages)
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def stages() -> list[Stage]:
-    return parse_dockerfile(DOCKERFILE.read_text())[1]
-
-
-@pytest.fixture(scope="module")
-def builder(stages) -> Stage:
-    return stages[0]
-
-
-@pytest.fixture(scope="module")
-def final(stages) -> Stage:
-    return stages[-1]
 
 
 # ---------------------------------------------------------------- replay the builder stage
