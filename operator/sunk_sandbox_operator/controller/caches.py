@@ -71,9 +71,21 @@ def pod_key(pod: PodRecord) -> tuple[str, str]:
 class PodCache:
     """Sandbox pods as `PodRecord`s (decoded once: resources reduced to hazards), by namespace/name."""
 
+    SHARED_LIMIT = 20_000  # distinct shared values kept (annotation sets, creation seconds)
+
     def __init__(self) -> None:
         self._pods: dict[tuple[str, str], PodRecord] = {}
         self._by_namespace: dict[str, set[str]] = {}   # namespace -> pod names
+        self._shared: dict = {}
+
+    def _share(self, value):
+        """One stored copy of values many pods have in common (bounded; a miss only costs memory)."""
+        found = self._shared.get(value)
+        if found is not None:
+            return found
+        if len(self._shared) < self.SHARED_LIMIT:
+            self._shared[value] = value
+        return value
 
     def apply(self, event_type: str | None, body: dict) -> list[tuple[str, PodRecord]]:
         """Record one watch event; the changes it makes, as (ADDED | MODIFIED | DELETED, record).
@@ -81,7 +93,7 @@ class PodCache:
         A DELETED carries the pod as last stored (a relist tombstone has only namespace and name);
         a namesake with a new uid replaces the old pod: DELETED old, then ADDED new.
         """
-        pod = decode_pod(body, parse_quantity)
+        pod = decode_pod(body, parse_quantity, self._share)
         key = pod_key(pod)
         old = self._pods.get(key)
         if event_type == "DELETED":

@@ -8,7 +8,9 @@ wait the shell computes from `monotonic` is slept with `sleep`). Tests build one
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import datetime as dt
+import gc
 import time
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable
@@ -21,6 +23,14 @@ from .caches import NamespaceCache, PodCache
 from .failpoints import Failpoints
 from .config import Config
 from .state import BindingState, Registry
+
+
+def _return_free_memory() -> None:
+    """Hand the heap the initial LISTs left free back to the OS (glibc only; elsewhere a no-op)."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def utc_now_iso() -> str:
@@ -61,6 +71,11 @@ class Context:
         """Until every informer has its initial LIST in the caches (a first reconcile waits for this)."""
         for informer in self.informers:
             await informer.ready.wait()
+        if not self.namespaces.ready and self.informers:
+            # Tens of thousands of cached records live as long as the process: keep them out of
+            # the cyclic GC's full collections (pauses of hundreds of ms at 50,000 pods).
+            gc.freeze()
+            _return_free_memory()
         self.namespaces.ready = True
 
     def event(self, state: BindingState, kind: str, reason: str, message: str) -> None:

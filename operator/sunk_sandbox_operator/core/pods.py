@@ -132,8 +132,11 @@ def _str_or_none(v: Any) -> str | None:
     return v if isinstance(v, str) else None
 
 
-def decode_pod(pod: Any, quantity: QuantityParser) -> PodRecord:
-    """The record of a pod object (raw camelCase, as the API server sends it)."""
+def decode_pod(pod: Any, quantity: QuantityParser, share: Callable[[Any], Any] = lambda x: x) -> PodRecord:
+    """The record of a pod object (raw camelCase, as the API server sends it).
+
+    `share(value)` returns an equal value already held (the caller's table), so the annotation
+    sets and creation seconds that thousands of pods have in common are stored once."""
     if not isinstance(pod, Mapping):
         return PodRecord("", "", "", None, None, None, None, None, DEFAULT_GRACE_SECONDS, (), _NO_HAZARDS,
                          error=f"pod must be a mapping, got {type(pod).__name__}")
@@ -150,9 +153,11 @@ def decode_pod(pod: Any, quantity: QuantityParser) -> PodRecord:
     containers = spec.get("containers") if isinstance(spec.get("containers"), list) else []
     inits = spec.get("initContainers") if isinstance(spec.get("initContainers"), list) else []
     hazards = _container_hazards(containers, inits, quantity)
-    annotations = tuple(sorted((k, v) for k, v in _mapping(meta.get("annotations")).items()
-                               if isinstance(k, str) and k.startswith(ANNOTATION_PREFIX)))
+    annotations = share(tuple(sorted((k, v) for k, v in _mapping(meta.get("annotations")).items()
+                                     if isinstance(k, str) and k.startswith(ANNOTATION_PREFIX)
+                                     and isinstance(v, (str, int, float, bool, type(None))))))
     created = _str_or_none(meta.get("creationTimestamp"))
+    created = share(created) if created is not None else None
     return PodRecord(
         namespace=sys.intern(str(meta.get("namespace") or "")),
         name=str(meta.get("name") or ""),

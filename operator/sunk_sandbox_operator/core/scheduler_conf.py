@@ -17,6 +17,9 @@ from typing import Any
 
 import yaml
 
+# libyaml's safe loader when PyYAML was built with it: scheduler.conf may hold 10,000 names.
+_FAST_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 SCHEDULER_CONTAINER = "scheduler"
 SCHEDULER_CONF_KEY = "scheduler.conf"
 SLURM_CONF_SUFFIX = "slurm.conf"
@@ -108,7 +111,7 @@ def parse_scheduler_conf(text: Any) -> SchedulerConf:
     if not isinstance(text, str):
         return SchedulerConf(error=f"scheduler.conf must be text, got {type(text).__name__}")
     try:
-        doc = yaml.safe_load(text)
+        doc = yaml.load(text, Loader=_FAST_SAFE_LOADER)  # noqa: S506 - a safe loader (libyaml: ~20x faster)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
