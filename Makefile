@@ -54,3 +54,11 @@ clean:
 SCALE ?=
 bench-scale: binaries
 	PYTHONPATH=operator $(BIN)/python -m tests.bench.scale $(SCALE)
+
+# Crash chaos: SIGKILL the operator at random moments under a workload, then convergence, lost
+# admin edits, leaks and an exact Restore (figures, FAIL lines; ~10 min with 50 kills):
+#   make chaos CHAOS="--kills 50 --seed 1"
+CHAOS ?=
+.PHONY: chaos
+chaos: binaries
+	PYTHONPATH=operator $(BIN)/python -m tests.bench.chaos $(CHAOS)
