@@ -34,8 +34,7 @@ integration: binaries
 e2e: binaries
 	$(BIN)/python -m pytest -ra tests/e2e
 
-bench: binaries
-	PYTHONPATH=operator $(BIN)/python -m tests.bench.scope_burst
+bench: bench-scale
 
 crd: setup
 	$(BIN)/sunk-sandbox-operator crd > crds/sunksandboxbindings.yaml

@@ -128,8 +128,12 @@ def devtools_env(**extra: str) -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def kube(cluster) -> Kube:
-    k = Kube(cluster)
+    return apply_crd(Kube(cluster))
+
+
+def apply_crd(k: Kube) -> Kube:
     k.kubectl("apply", "--server-side", "-f", str(REPO / "crds" / "sunksandboxbindings.yaml"))
+
     def established():
         crd = k.ext.read_custom_resource_definition("sunksandboxbindings.sunksandbox.dev")
         return any(c.type == "Established" and c.status == "True" for c in (crd.status.conditions or []))
@@ -137,13 +141,19 @@ def kube(cluster) -> Kube:
     return k
 
 
+def install_manifests(k: Kube, slurm_ns: str = "tenant-slurm") -> Kube:
+    """The CRD and the shipped manifests (namespace, ServiceAccount, RBAC, Deployment...), server-side."""
+    apply_crd(k)
+    k.kubectl("create", "namespace", slurm_ns, check=False)  # the documented prerequisite
+    rendered = k.kubectl("kustomize", str(REPO / "manifests")).stdout
+    k.kubectl("apply", "--server-side", "-f", "-", input=rendered)
+    return k
+
+
 @pytest.fixture(scope="session")
 def installed(kube) -> Kube:
     """The shipped manifests (CRD, namespace, ServiceAccount, RBAC, Deployment...) applied server-side."""
-    kube.kubectl("create", "namespace", "tenant-slurm", check=False)  # the documented prerequisite
-    rendered = kube.kubectl("kustomize", str(REPO / "manifests")).stdout
-    kube.kubectl("apply", "--server-side", "-f", "-", input=rendered)
-    return kube
+    return install_manifests(kube)
 
 
 @pytest.fixture(scope="session")

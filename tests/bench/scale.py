@@ -44,7 +44,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Iterable
 
-from tests.conftest import OPERATOR_NS, OPERATOR_SA, REPO, Kube, wait_for
+from tests.conftest import OPERATOR_NS, OPERATOR_SA, Kube, install_manifests, wait_for
 
 SLURM_NS = "tenant-slurm"
 CM = "slurm-scheduler-config"
@@ -311,15 +311,7 @@ def bare_loop(kubeconfig: str, ready, stop) -> None:
 
 
 def install(kube: Kube) -> None:
-    kube.kubectl("apply", "--server-side", "-f", str(REPO / "crds" / "sunksandboxbindings.yaml"))
-
-    def established():
-        crd = kube.ext.read_custom_resource_definition("sunksandboxbindings.sunksandbox.dev")
-        return any(c.type == "Established" and c.status == "True" for c in (crd.status.conditions or []))
-    wait_for(established, 60)
-    kube.kubectl("create", "namespace", SLURM_NS, check=False)
-    rendered = kube.kubectl("kustomize", str(REPO / "manifests")).stdout
-    kube.kubectl("apply", "--server-side", "-f", "-", input=rendered)
+    install_manifests(kube, SLURM_NS)
 
 
 def percentile(values: list[float], q: float) -> float:

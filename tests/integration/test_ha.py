@@ -1,0 +1,134 @@
+"""Two replicas, one writer; an API-server outage does not end the process.
+
+Runs on the crash module's own control plane (its `plane` fixture): two operator processes as
+the same ServiceAccount, like the Deployment's two replicas. The Lease elects one; the other
+keeps its caches warm, reports Ready and writes nothing. SIGKILL the leader in the middle of a
+namespace burst: the standby takes over once the Lease expires and lists the new namespaces
+within lease duration + 2 s.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+import urllib.request
+import uuid
+
+import pytest
+
+from tests.conftest import assert_stays, wait_for
+from tests.integration.conftest import (binding_spec, create_token_secret, grant_secret_read, make_scheduler,
+                                        new_runner)
+from tests.integration.test_crash import listed, plane  # noqa: F401  (the module's control plane)
+
+pytestmark = pytest.mark.integration
+
+LEASE_SECONDS = 15.0  # the shipped default (client-go's)
+
+
+def health(proc, path: str = "/healthz") -> dict:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{proc.liveness_port}{path}", timeout=2) as r:
+            return json.loads(r.read())
+    except Exception as exc:  # noqa: BLE001 - not answering (yet)
+        return {"error": str(exc)}
+
+
+def leading(proc) -> bool:
+    return health(proc).get("leader") is True
+
+
+def metric(proc, name: str) -> float:
+    total = 0.0
+    for line in proc.metrics().splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def setup_binding(plane, p: str) -> str:  # noqa: F811
+    kube = plane.kube
+    ns = f"ha-{p}"
+    kube.create_namespace(ns)
+    grant_secret_read(kube, ns)
+    create_token_secret(kube, ns)
+    make_scheduler(kube, ns, scope_namespaces=["admin-entry"])
+    spec = binding_spec(new_runner(plane.emulator, {}), plane.emulator, sandboxNamespaces={"names": [f"{p}-*"]},
+                        scope={"alwaysInclude": [ns]})
+    kube.create_binding(ns, "b", spec)
+    return ns
+
+
+def test_the_standby_writes_nothing_and_takes_over_from_a_killed_leader(plane):  # noqa: F811
+    kube, p = plane.kube, uuid.uuid4().hex[:6]
+    a = plane.start("ha-a")
+    wait_for(lambda: leading(a), 30, lambda: str(health(a)))
+    b = plane.start("ha-b")
+    wait_for(lambda: health(b, "/readyz").get("ready") is True, 30, lambda: str(health(b, "/readyz")))
+    assert health(b).get("leader") is False
+    ns = setup_binding(plane, p)
+    kube.wait_condition(ns, "b", "ScopeSynced", "True", timeout=30)
+    kube.create_namespace(f"{p}-before")
+    wait_for(lambda: f"{p}-before" in listed(kube, ns), 10)
+
+    def standby_quiet():  # all writes are the leader's
+        assert not leading(b)
+        assert metric(b, "ssb_scope_writes_total") == 0 and metric(b, "ssb_status_patches_total") == 0
+    assert_stays(standby_quiet, 2.0)
+
+    created: dict[str, float] = {}
+    stop = threading.Event()
+
+    def burst():
+        i = 0
+        while not stop.is_set() and i < 400:
+            name = f"{p}-n{i:03d}"
+            kube.create_namespace(name)
+            created[name] = time.monotonic()
+            i += 1
+            time.sleep(0.1)
+    worker = threading.Thread(target=burst, daemon=True)
+    worker.start()
+    try:
+        wait_for(lambda: len(created) >= 10, 10)
+        killed_at = time.monotonic()
+        os.kill(a.proc.pid, signal.SIGKILL)  # mid-burst, no chance to release the Lease
+        a.proc.wait(10)
+        after = wait_for(lambda: next((n for n, t in sorted(created.items(), key=lambda x: x[1]) if t > killed_at + 0.5),
+                                      None), 10)
+        wait_for(lambda: after in listed(kube, ns), LEASE_SECONDS + 2 + 5, lambda: f"{after} not listed")
+        took = time.monotonic() - created[after]
+        print(f"\nfailover: {after} created {created[after] - killed_at:.1f}s after the kill, listed {took:.1f}s "
+              f"after its creation (lease {LEASE_SECONDS:.0f}s)")
+        assert took <= LEASE_SECONDS + 2.0
+        assert leading(b)
+    finally:
+        stop.set()
+        worker.join(10)
+    # Nothing lost: every namespace of the burst is listed, with the admin's entry and alwaysInclude.
+    wait_for(lambda: set(created) <= set(listed(kube, ns)), 20)
+    assert {"admin-entry", ns, f"{p}-before"} <= set(listed(kube, ns))
+    b.stop()
+
+
+def test_an_api_server_outage_does_not_end_the_operator(plane):  # noqa: F811
+    kube, p = plane.kube, uuid.uuid4().hex[:6]
+    op = plane.start("outage")
+    wait_for(lambda: leading(op), 40, lambda: str(health(op)))
+    ns = setup_binding(plane, p)
+    kube.wait_condition(ns, "b", "ScopeSynced", "True", timeout=30)
+    apiserver = kube.cluster.pids["kube-apiserver"]
+    os.kill(apiserver, signal.SIGSTOP)  # every request hangs: worse than refused connections
+    try:
+        def alive():
+            assert op.proc.poll() is None, "the operator process ended during the outage"
+        assert_stays(alive, 90.0, interval=1.0)
+    finally:
+        os.kill(apiserver, signal.SIGCONT)
+    kube.create_namespace(f"{p}-after")
+    wait_for(lambda: f"{p}-after" in listed(kube, ns), 60, lambda: str(health(op)))
+    assert op.proc.poll() is None and leading(op)
+    op.stop()
