@@ -132,3 +132,29 @@ def test_an_api_server_outage_does_not_end_the_operator(plane):  # noqa: F811
     wait_for(lambda: f"{p}-after" in listed(kube, ns), 60, lambda: str(health(op)))
     assert op.proc.poll() is None and leading(op)
     op.stop()
+
+
+def test_a_restart_with_nothing_changed_writes_no_status_and_flips_no_condition(plane):  # noqa: F811
+    """Argo CD must not see Healthy -> Progressing -> Healthy on every rollout."""
+    kube, p = plane.kube, uuid.uuid4().hex[:6]
+    first = plane.start("restart-1")
+    wait_for(lambda: leading(first), 40, lambda: str(health(first)))
+    ns = setup_binding(plane, p)
+    kube.create_namespace(f"{p}-x")
+    kube.wait_condition(ns, "b", "ScopeSynced", "True", timeout=30)
+    wait_for(lambda: f"{p}-x" in listed(kube, ns), 10)
+
+    def status():
+        return kube.binding(ns, "b").get("status")
+    settled = status()
+
+    def unchanged():
+        assert status() == settled
+    assert_stays(unchanged, 3.0)  # the first operator has nothing left to write
+    first.stop()  # a rollout: SIGTERM, the Lease is released
+    second = plane.start("restart-2")
+    wait_for(lambda: leading(second), 20, lambda: str(health(second)))
+    wait_for(lambda: metric(second, "ssb_reconciles_total") >= 1, 20)  # it has reconciled the binding
+    assert_stays(unchanged, 5.0)  # no status write, no condition flipped, not even for a moment
+    assert metric(second, "ssb_status_patches_total") == 0
+    second.stop()
