@@ -48,6 +48,9 @@ def _run(argv: list[str]) -> int:
 
     from . import handlers  # noqa: F401  (registers the handlers)
     from .controller import main
+    from .controller.context import limit_malloc_arenas
+
+    limit_malloc_arenas()
 
     asyncio.run(main.run(args.liveness))
     return 0

@@ -78,6 +78,9 @@ class Kube:
         # The write gate: leader election opens it while this replica leads. Every write below
         # checks it first, so a replica that lost its Lease writes nothing, whatever is in flight.
         self.writable: Callable[[], bool] = lambda: True
+        # The scope target is read and replaced on every burst write: when set (KubeHTTP), those
+        # two calls stream JSON on the event loop instead of going through the generated client.
+        self.http: Any = None
         self.core = kubernetes.client.CoreV1Api(api_client)
         self.apps = kubernetes.client.AppsV1Api(api_client)
         self.rbac = kubernetes.client.RbacAuthorizationV1Api(api_client)
@@ -106,6 +109,8 @@ class Kube:
         return (await self._call(self.core.list_namespaced_config_map, namespace))["items"]
 
     async def get_configmap(self, namespace: str, name: str) -> dict:
+        if self.http is not None:
+            return await self.http.get(f"/api/v1/namespaces/{namespace}/configmaps/{name}", {})
         return await self._call(self.core.read_namespaced_config_map, name, namespace)
 
     async def list_namespaces(self) -> list[dict]:
@@ -142,6 +147,8 @@ class Kube:
     async def replace_configmap(self, namespace: str, name: str, body: dict) -> dict:
         """PUT with the body's resourceVersion as precondition (409 → Conflict, 422 → Invalid)."""
         self.check_writable()
+        if self.http is not None:
+            return await self.http.put(f"/api/v1/namespaces/{namespace}/configmaps/{name}", body)
         return await self._call(self.core.replace_namespaced_config_map, name, namespace, body)
 
     async def create_configmap(self, namespace: str, body: dict) -> dict:

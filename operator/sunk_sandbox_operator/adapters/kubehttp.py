@@ -18,7 +18,7 @@ import kubernetes
 from . import kube as k
 
 
-class ApiStatus(Exception):
+class ApiStatus(k.KubeError):
     """A non-2xx answer: `code` is the HTTP status (410: the resourceVersion is too old)."""
 
     def __init__(self, code: int, message: str) -> None:
@@ -64,6 +64,15 @@ class KubeHTTP:
                 raise _error(resp.status, body)
             return json.loads(body)
 
+    async def put(self, path: str, body: dict, timeout: float = 60.0) -> dict:
+        async with self.session().put(self.base + path, data=json.dumps(body, separators=(",", ":")),
+                                      headers=self._headers({"Content-Type": "application/json"}),
+                                      timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
+            answer = await resp.read()
+            if resp.status >= 300:
+                raise _error(resp.status, answer)
+            return json.loads(answer)
+
     async def watch(self, path: str, params: Mapping[str, str], headers: Mapping[str, str] | None = None,
                     timeout: float = 330.0) -> AsyncIterator[dict]:
         """Watch events, one parsed JSON object per line, until the server ends the stream."""
@@ -92,9 +101,8 @@ def _error(status: int, body: bytes) -> Exception:
         message = json.loads(body).get("message") or ""
     except (ValueError, AttributeError):
         message = body[:200].decode(errors="replace")
-    if status == 403:
-        return k.Forbidden(message)
-    return ApiStatus(status, message)
+    typed = {403: k.Forbidden, 404: k.NotFound, 409: k.Conflict, 422: k.Invalid}.get(status)
+    return typed(message) if typed else ApiStatus(status, message)
 
 
 def status_code(event: Any) -> int | None:

@@ -47,6 +47,7 @@ async def start(logger: logging.Logger, config: Config | None = None) -> Context
         await ctx.metrics.serve(config.metrics_port)
         logger.info("metrics on :%d/metrics", config.metrics_port)
     http = KubeHTTP(api_client.configuration)
+    kube.http = http
     ctx.informers = [
         Informer(http, Resource("/api/v1/namespaces", metadata_only=True),
                  lambda kind, body: watch.on_namespace(ctx, kind, body), ctx.namespaces.keys,
