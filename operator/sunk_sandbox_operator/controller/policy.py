@@ -110,9 +110,14 @@ async def sync(ctx: Context, state: BindingState, scheduler_name: str | None) ->
         obs = decide.PolicyObservation(spec, scheduler_name, runner.policy, runner.etag, owned)
         d = decide.decide(obs, ctx.now_iso())
         if d.report is not None:
-            if record is not None and record.state == "pending" and d.report.status == "True":
-                # The write a crash interrupted is resolved by this read: the policy holds our values.
-                await _save(ctx, state, "applied", owned, runner.etag)
+            merged = d.report.section.get("owned")
+            if d.report.status == "True" and merged is not None:
+                # In sync. The record must say what we own now (the merge keeps each path's original
+                # previous value): a `pending` record left by a crash is resolved by this read, and
+                # one whose values the spec has moved past (e.g. reverted while we were down) is updated.
+                now_owned = [OwnedPath.model_validate(o) for o in merged]
+                if record is None or record.state == "pending" or list(record.owned) != now_owned:
+                    await _save(ctx, state, "applied", now_owned, runner.etag)
             return d.report
         # Write-ahead: what this write makes ours (with the values before it) is on record first.
         await _save(ctx, state, "pending", d.owned, runner.etag)

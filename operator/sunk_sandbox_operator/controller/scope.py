@@ -252,6 +252,7 @@ async def _sync_inner(ctx: Context, state: BindingState, mem: ScopeMemory, perio
             # The ledger entry travels in the same request as the list: a crash cannot split them.
             entry = Entry(tuple(decision.added), tuple(decision.preexisting or ()))
             await target.write(read, decision.write, read.ledger.with_entry(state.ref, entry))
+            ctx.failpoints.hit("after-scope-write")
         return obs, decision
 
     obs, decision = await retry.optimistic(attempt, lost_race=lambda e: isinstance(e, k.Conflict),
