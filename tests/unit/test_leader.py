@@ -499,6 +499,29 @@ async def test_a_standby_that_saw_the_last_renew_at_once_takes_over_after_the_le
     assert a.changes == [(True, 1000.0), (False, 1010.0)] and b.changes == [(True, 1015.0)]
 
 
+async def test_a_standby_polling_often_takes_over_within_lease_duration_plus_its_poll(tasks) -> None:
+    """standby_poll (the shipped 0.5 s): the dead leader's last renew is seen at most one poll late,
+    and the expiry at most one poll late: take-over ≤ last renew + lease_duration + 2 polls, never
+    while the old leader could still write."""
+    clock, api = SimClock(), FakeLeaseAPI()
+    a_link = Link(api, clock)
+    a = make(a_link, clock, "a")
+    await a.acquire()
+    gates = [Gate(), Gate()]
+    gates[0].open = True
+    b = make(Link(api, clock), clock, "b", jitter=lambda: 1.0, standby_poll=0.5)
+    tasks.start(a.hold(gates[0].close))
+    tasks.start(replica(b, gates[1], [a], [gates[0]]))
+    await clock.run_until(1007.0)
+    a_link.mode = "down"                            # the leader dies between two renews
+    last_renew = a._renewed_at
+    one = always(lambda: not (a.is_leader() and b.is_leader()) and not all(g.open for g in gates), "two leaders", tasks)
+    await clock.run_until(1040.0, one)
+    took = b.changes[0][1] - last_renew
+    assert a.lease_duration <= took <= a.lease_duration + 2 * 0.5 * 1.2 + 1e-6, took
+    assert all(d <= 0.6 + 1e-9 for d in b.slept[:20]), b.slept   # standing by: polls of 0.5 s (+20 % jitter)
+
+
 async def test_conflict_on_renew_is_retried_within_the_deadline(tasks) -> None:
     clock, api = SimClock(), FakeLeaseAPI()
     link = Link(api, clock)

@@ -34,6 +34,8 @@ class Config:
     lease_duration_seconds: float = 15.0
     renew_deadline_seconds: float = 10.0
     retry_period_seconds: float = 2.0
+    # A standby reads the Lease this often (a GET), so it takes over soon after the Lease expires.
+    standby_poll_seconds: float = 0.5
     # Failpoints for crash tests (controller/failpoints.py); empty in production.
     failpoints: str = ""
     # Items per LIST page of the Namespace and Pod informers (bounded memory while listing).
@@ -61,6 +63,7 @@ def load() -> Config:
         lease_duration_seconds=_float("SSB_LEASE_DURATION_SECONDS", 15.0),
         renew_deadline_seconds=_float("SSB_RENEW_DEADLINE_SECONDS", 10.0),
         retry_period_seconds=_float("SSB_RETRY_PERIOD_SECONDS", 2.0),
+        standby_poll_seconds=_float("SSB_STANDBY_POLL_SECONDS", 0.5),
         restore_retries=int(_float("SSB_RESTORE_RETRIES", 30)),
         restore_retry_delay_seconds=_float("SSB_RESTORE_RETRY_DELAY_SECONDS", 10.0),
     )

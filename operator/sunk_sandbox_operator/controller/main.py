@@ -48,7 +48,7 @@ async def run(liveness: str | None, config: Config | None = None) -> None:
                            ready=lambda: all(i.ready.is_set() for i in ctx.informers), leading=lambda: leading)
     elector = LeaderElector(ctx.kube, config.operator_namespace, identity=new_identity(),
                             lease_duration=config.lease_duration_seconds, renew_deadline=config.renew_deadline_seconds,
-                            retry_period=config.retry_period_seconds,
+                            retry_period=config.retry_period_seconds, standby_poll=config.standby_poll_seconds,
                             on_change=lambda now: log.info("leadership %s", "acquired" if now else "lost"))
     try:
         while not shutdown.is_set():
