@@ -45,6 +45,8 @@ import yaml
 from kubernetes.client.rest import ApiException
 
 from tests.conftest import OPERATOR_NS, OPERATOR_SA, TEST_ENV, Kube, install_manifests, wait_for
+from tests.integration.test_crash import add_list_entry
+from tests.integration.test_scope import edit_conf
 
 SLURM_NS = "tenant-slurm"
 CM = "slurm-scheduler-config"
@@ -141,31 +143,6 @@ def policy_ours(pol: dict, partition: str) -> bool:
     base = (pol or {}).get("base") or {}
     return ((base.get("spec") or {}).get("schedulerName") == SCHEDULER_NAME
             and ((base.get("metadata") or {}).get("annotations") or {}).get(PARTITION_KEY) == partition)
-
-
-def edit_conf(kube: Kube, fn) -> None:
-    for _ in range(100):
-        cm = kube.core.read_namespaced_config_map(CM, SLURM_NS)
-        cm.data[KEY] = fn(cm.data[KEY])
-        try:
-            kube.core.replace_namespaced_config_map(CM, SLURM_NS, cm)
-            return
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
-    raise RuntimeError("could not edit scheduler.conf in 100 attempts")
-
-
-def add_list_entry(text: str, entry: str) -> str:
-    doc = yaml.safe_load(text)
-    scope = doc["scheduler"]["scope"]
-    value = scope.get("namespaces") or []
-    values = [v.strip() for v in value.split(",") if v.strip()] if isinstance(value, str) else list(value)
-    scope["namespaces"] = values + [entry]
-    return yaml.safe_dump(doc, sort_keys=False)
-
-
-# ---------------------------------------------------------------- the background workload
 
 
 class Worker(threading.Thread):
@@ -278,11 +255,11 @@ class Admin(Worker):
             pol.setdefault("limits", {})["adminCounter"] = i
             state.write(self.runner, pol, who="other-admin")
         self.policy_value = i
-        edit_conf(self.kube, lambda t: re.sub(r"(?m)^adminCounter: \S+$", f"adminCounter: {i}", t))
+        edit_conf(self.kube, SLURM_NS, lambda t: re.sub(r"(?m)^adminCounter: \S+$", f"adminCounter: {i}", t))
         self.conf_value = i
         if i % 5 == 0:
             entry = f"admin-{i:04d}"
-            edit_conf(self.kube, lambda t: add_list_entry(t, entry))
+            edit_conf(self.kube, SLURM_NS, lambda t: add_list_entry(t, entry))
             self.entries.append(entry)
 
 

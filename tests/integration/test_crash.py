@@ -41,6 +41,8 @@ from tests.conftest import (OPERATOR_NS, OPERATOR_SA, REPO, TEST_ENV, Kube, asse
 from tests.integration.conftest import (ADMIN_TOKEN, READONLY_TOKEN, binding_spec, create_token_secret,
                                         grant_secret_read, make_scheduler, new_runner, runner_policy)
 
+from tests.integration.test_scope import edit_conf  # the admin's scheduler.conf edit
+
 pytestmark = pytest.mark.integration
 
 PACKAGE = REPO / "operator" / "sunk_sandbox_operator"
@@ -188,20 +190,6 @@ def conditions(kube: Kube, ns: str) -> dict[str, dict]:
 def namespaces(kube: Kube) -> dict[str, bool]:
     """Every namespace -> terminating."""
     return {n.metadata.name: n.metadata.deletion_timestamp is not None for n in kube.core.list_namespace().items}
-
-
-def edit_conf(kube: Kube, ns: str, fn) -> None:
-    """An admin's read-modify-write of scheduler.conf (resourceVersion precondition, like kubectl edit)."""
-    for _ in range(50):
-        cm = kube.core.read_namespaced_config_map(CM, ns)
-        cm.data[KEY] = fn(cm.data[KEY])
-        try:
-            kube.core.replace_namespaced_config_map(CM, ns, cm)
-            return
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
-    raise AssertionError("could not edit scheduler.conf")
 
 
 def add_list_entry(text: str, entry: str) -> str:

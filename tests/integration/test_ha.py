@@ -114,12 +114,19 @@ def test_the_standby_writes_nothing_and_takes_over_from_a_killed_leader(plane): 
     b.stop()
 
 
-def test_an_api_server_outage_does_not_end_the_operator(plane):  # noqa: F811
-    kube, p = plane.kube, uuid.uuid4().hex[:6]
-    op = plane.start("outage")
+def leader_with_binding(plane, label: str):  # noqa: F811
+    """One operator that leads, and a synced binding: (process, prefix, binding namespace)."""
+    p = uuid.uuid4().hex[:6]
+    op = plane.start(label)
     wait_for(lambda: leading(op), 40, lambda: str(health(op)))
     ns = setup_binding(plane, p)
-    kube.wait_condition(ns, "b", "ScopeSynced", "True", timeout=30)
+    plane.kube.wait_condition(ns, "b", "ScopeSynced", "True", timeout=30)
+    return op, p, ns
+
+
+def test_an_api_server_outage_does_not_end_the_operator(plane):  # noqa: F811
+    kube = plane.kube
+    op, p, ns = leader_with_binding(plane, "outage")
     apiserver = kube.cluster.pids["kube-apiserver"]
     os.kill(apiserver, signal.SIGSTOP)  # every request hangs: worse than refused connections
     try:
@@ -136,12 +143,9 @@ def test_an_api_server_outage_does_not_end_the_operator(plane):  # noqa: F811
 
 def test_a_restart_with_nothing_changed_writes_no_status_and_flips_no_condition(plane):  # noqa: F811
     """Argo CD must not see Healthy -> Progressing -> Healthy on every rollout."""
-    kube, p = plane.kube, uuid.uuid4().hex[:6]
-    first = plane.start("restart-1")
-    wait_for(lambda: leading(first), 40, lambda: str(health(first)))
-    ns = setup_binding(plane, p)
+    kube = plane.kube
+    first, p, ns = leader_with_binding(plane, "restart-1")
     kube.create_namespace(f"{p}-x")
-    kube.wait_condition(ns, "b", "ScopeSynced", "True", timeout=30)
     wait_for(lambda: f"{p}-x" in listed(kube, ns), 10)
 
     def status():
