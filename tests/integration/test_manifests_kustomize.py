@@ -47,7 +47,10 @@ def test_kustomize_build_of_manifests():
         ("ClusterRoleBinding", None, "sunk-sandbox-operator"),
         ("ClusterRole", None, SECRET_READER),
         ("RoleBinding", SECRETS_NS, "sunk-sandbox-operator-secrets"),
+        ("Role", OPERATOR_NS, "sunk-sandbox-operator"),          # ownership records and the leader Lease
+        ("RoleBinding", OPERATOR_NS, "sunk-sandbox-operator"),
         ("Deployment", OPERATOR_NS, "sunk-sandbox-operator"),
+        ("PodDisruptionBudget", OPERATOR_NS, "sunk-sandbox-operator"),
         ("Service", OPERATOR_NS, "sunk-sandbox-operator-metrics"),
     }
     for doc in docs:

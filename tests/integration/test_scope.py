@@ -7,9 +7,7 @@ its deletionTimestamp forever).
 
 from __future__ import annotations
 
-import json
 import re
-import statistics
 import threading
 import time
 import uuid
@@ -441,20 +439,10 @@ def test_pending_sandbox_pod_gets_its_namespace_added(installed, operator, emula
     installed.create_namespace(fresh)
     sandbox_pod(installed, fresh)
     wait_listed(installed, slurm_ns, {fresh}, timeout=5)
-    # Someone reverts the list by hand (the target is not watched; the resync is 5 minutes away):
-    # the next stuck pod there is the signal that brings it back.
-    def revert():
-        edit_conf(installed, slurm_ns, lambda t: re.sub(r"namespaces:.*", "namespaces: []", t))
-        assert fresh not in listed(installed, slurm_ns)
-
-    def not_listed():
-        assert fresh not in listed(installed, slurm_ns)
-
-    revert()
-    assert_stays(not_listed, 1.0)
-    revert()
-    sandbox_pod(installed, fresh, scheduler="default-scheduler")  # not ours: no signal
-    assert_stays(not_listed, 2.5)
+    # Someone reverts the list by hand (the resync is 5 minutes away): a stuck pod there is the
+    # signal that brings it back within seconds. (Which pods signal, and how often a listed
+    # namespace may re-read the target, is unit-tested in test_scope_controller.)
+    edit_conf(installed, slurm_ns, lambda t: re.sub(r"namespaces:.*", "namespaces: []", t))
     sandbox_pod(installed, fresh)
     wait_listed(installed, slurm_ns, {fresh}, timeout=5)
 
