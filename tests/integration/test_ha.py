@@ -49,6 +49,12 @@ def metric(proc, name: str) -> float:
     return total
 
 
+def no_operator_left(plane) -> None:  # noqa: F811
+    """Stop what an earlier test may have left running (one holding the Lease would block this one)."""
+    for proc in plane.runs:
+        proc.stop()
+
+
 def setup_binding(plane, p: str) -> str:  # noqa: F811
     kube = plane.kube
     ns = f"ha-{p}"
@@ -63,6 +69,7 @@ def setup_binding(plane, p: str) -> str:  # noqa: F811
 
 
 def test_the_standby_writes_nothing_and_takes_over_from_a_killed_leader(plane):  # noqa: F811
+    no_operator_left(plane)
     kube, p = plane.kube, uuid.uuid4().hex[:6]
     a = plane.start("ha-a")
     wait_for(lambda: leading(a), 30, lambda: str(health(a)))
@@ -116,6 +123,7 @@ def test_the_standby_writes_nothing_and_takes_over_from_a_killed_leader(plane): 
 
 def leader_with_binding(plane, label: str):  # noqa: F811
     """One operator that leads, and a synced binding: (process, prefix, binding namespace)."""
+    no_operator_left(plane)
     p = uuid.uuid4().hex[:6]
     op = plane.start(label)
     wait_for(lambda: leading(op), 40, lambda: str(health(op)))
@@ -127,38 +135,53 @@ def leader_with_binding(plane, label: str):  # noqa: F811
 def test_an_api_server_outage_does_not_end_the_operator(plane):  # noqa: F811
     kube = plane.kube
     op, p, ns = leader_with_binding(plane, "outage")
-    apiserver = kube.cluster.pids["kube-apiserver"]
-    os.kill(apiserver, signal.SIGSTOP)  # every request hangs: worse than refused connections
     try:
-        def alive():
-            assert op.proc.poll() is None, "the operator process ended during the outage"
-        assert_stays(alive, 90.0, interval=1.0)
+        apiserver = kube.cluster.pids["kube-apiserver"]
+        os.kill(apiserver, signal.SIGSTOP)  # every request hangs: worse than refused connections
+        try:
+            def alive():
+                assert op.proc.poll() is None, "the operator process ended during the outage"
+            assert_stays(alive, 90.0, interval=1.0)
+        finally:
+            os.kill(apiserver, signal.SIGCONT)
+
+        def api_answers() -> bool:  # the test's own pooled connections died with the outage too
+            try:
+                kube.core.list_namespace(limit=1)
+                return True
+            except Exception:  # noqa: BLE001
+                return False
+        wait_for(api_answers, 60)
+        kube.create_namespace(f"{p}-after")
+        wait_for(lambda: f"{p}-after" in listed(kube, ns), 60, lambda: str(health(op)))
+        assert op.proc.poll() is None and leading(op)
     finally:
-        os.kill(apiserver, signal.SIGCONT)
-    kube.create_namespace(f"{p}-after")
-    wait_for(lambda: f"{p}-after" in listed(kube, ns), 60, lambda: str(health(op)))
-    assert op.proc.poll() is None and leading(op)
-    op.stop()
+        op.stop()  # releases the Lease for the next test
 
 
 def test_a_restart_with_nothing_changed_writes_no_status_and_flips_no_condition(plane):  # noqa: F811
     """Argo CD must not see Healthy -> Progressing -> Healthy on every rollout."""
     kube = plane.kube
     first, p, ns = leader_with_binding(plane, "restart-1")
-    kube.create_namespace(f"{p}-x")
-    wait_for(lambda: f"{p}-x" in listed(kube, ns), 10)
+    second = None
+    try:
+        kube.create_namespace(f"{p}-x")
+        wait_for(lambda: f"{p}-x" in listed(kube, ns), 10)
 
-    def status():
-        return kube.binding(ns, "b").get("status")
-    settled = status()
+        def status():
+            return kube.binding(ns, "b").get("status")
+        settled = status()
 
-    def unchanged():
-        assert status() == settled
-    assert_stays(unchanged, 3.0)  # the first operator has nothing left to write
-    first.stop()  # a rollout: SIGTERM, the Lease is released
-    second = plane.start("restart-2")
-    wait_for(lambda: leading(second), 20, lambda: str(health(second)))
-    wait_for(lambda: metric(second, "ssb_reconciles_total") >= 1, 20)  # it has reconciled the binding
-    assert_stays(unchanged, 5.0)  # no status write, no condition flipped, not even for a moment
-    assert metric(second, "ssb_status_patches_total") == 0
-    second.stop()
+        def unchanged():
+            assert status() == settled
+        assert_stays(unchanged, 3.0)  # the first operator has nothing left to write
+        first.stop()  # a rollout: SIGTERM, the Lease is released
+        second = plane.start("restart-2")
+        wait_for(lambda: leading(second), 20, lambda: str(health(second)))
+        wait_for(lambda: metric(second, "ssb_reconciles_total") >= 1, 20)  # it has reconciled the binding
+        assert_stays(unchanged, 5.0)  # no status write, no condition flipped, not even for a moment
+        assert metric(second, "ssb_status_patches_total") == 0
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()
