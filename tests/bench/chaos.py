@@ -45,7 +45,7 @@ import yaml
 from kubernetes.client.rest import ApiException
 
 from tests.conftest import OPERATOR_NS, OPERATOR_SA, TEST_ENV, Kube, install_manifests, wait_for
-from tests.integration.test_crash import add_list_entry
+from tests.integration.test_crash import add_list_entry, binding_gone
 from tests.integration.test_scope import edit_conf
 
 SLURM_NS = "tenant-slurm"
@@ -332,16 +332,6 @@ def install(kube: Kube) -> None:
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]})
 
 
-def binding_gone(kube: Kube) -> bool:
-    try:
-        kube.binding(SLURM_NS, BINDING)
-        return False
-    except ApiException as exc:
-        if exc.status == 404:
-            return True
-        raise
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.bench.chaos", description=__doc__.splitlines()[0])
     parser.add_argument("--kills", type=int, default=50, help="SIGKILLs of the operator; default 50")
@@ -526,7 +516,7 @@ def main(argv: list[str] | None = None) -> int:
                                                         "sunksandboxbindings", BINDING)
             problems = []
             try:
-                wait_for(lambda: binding_gone(kube), 120)
+                wait_for(lambda: binding_gone(kube, SLURM_NS, BINDING), 120)
             except AssertionError:
                 problems.append("the binding was not released in 120s")
             want_policy = copy.deepcopy(PRE_POLICY)

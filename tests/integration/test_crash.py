@@ -201,9 +201,9 @@ def add_list_entry(text: str, entry: str) -> str:
     return yaml.safe_dump(doc, sort_keys=False)
 
 
-def binding_gone(kube: Kube, ns: str) -> bool:
+def binding_gone(kube: Kube, ns: str, name: str = BINDING) -> bool:
     try:
-        kube.binding(ns, BINDING)
+        kube.binding(ns, name)
         return False
     except ApiException as exc:
         if exc.status == 404:
