@@ -267,10 +267,6 @@ class FakeKube:
         self._enter("get_configmap", namespace, name, namespace=namespace)
         return copy.deepcopy(self._find("configmaps", namespace, name))
 
-    async def list_namespaces(self) -> list[dict]:
-        self._enter("list_namespaces")
-        return self._items("namespaces")
-
     async def read_secret_key(self, namespace: str, name: str, key: str) -> str:
         self._enter("read_secret_key", namespace, name, key, namespace=namespace)
         raw = (self._find("secrets", namespace, name).get("data") or {}).get(key)

@@ -113,9 +113,6 @@ class Kube:
             return await self.http.get(f"/api/v1/namespaces/{namespace}/configmaps/{name}", {})
         return await self._call(self.core.read_namespaced_config_map, name, namespace)
 
-    async def list_namespaces(self) -> list[dict]:
-        return (await self._call(self.core.list_namespace))["items"]
-
     async def read_secret_key(self, namespace: str, name: str, key: str) -> str:
         """The decoded value of one Secret key (never logged by callers). KeyError when absent."""
         secret = await self._call(self.core.read_namespaced_secret, name, namespace)

@@ -12,7 +12,7 @@ from typing import Iterable, Iterator
 from ..adapters.quantity import parse_quantity
 from ..api.spec import SandboxNamespaces
 from ..core.pods import PodRecord, decode_pod
-from ..core.scope import Matcher, NamespaceInfo, compile_matcher, namespace_matches
+from ..core.scope import Matcher, NamespaceInfo, namespace_matches, sandbox_namespaces
 
 
 class NamespaceCache:
@@ -60,8 +60,7 @@ class NamespaceCache:
 
     def belonging(self, spec: SandboxNamespaces | Matcher) -> set[str]:
         """Matching namespaces that are not terminating: the ones that belong in the list."""
-        m = spec if isinstance(spec, Matcher) else compile_matcher(spec)
-        return {i.name for i in self._infos.values() if i.name and not i.terminating and m(i.name, i.labels)}
+        return sandbox_namespaces(spec, self._infos.values())
 
 
 def pod_key(pod: PodRecord) -> tuple[str, str]:

@@ -69,13 +69,10 @@ class NamespaceInfo:
                    terminating=is_terminating(ns))
 
 
-def sandbox_namespaces(spec: SandboxNamespaces, namespaces: Iterable[NamespaceInfo]) -> set[str]:
+def sandbox_namespaces(spec: SandboxNamespaces | Matcher, namespaces: Iterable[NamespaceInfo]) -> set[str]:
     """Names of the matching namespaces that are not terminating (design: 'Scope')."""
-    return {
-        ns.name
-        for ns in namespaces
-        if ns.name and not ns.terminating and namespace_matches(spec, ns.name, ns.labels)
-    }
+    m = spec if isinstance(spec, Matcher) else compile_matcher(spec)
+    return {ns.name for ns in namespaces if ns.name and not ns.terminating and m(ns.name, ns.labels)}
 
 
 # ---------------------------------------------------------------- planning a change
