@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 # Local-only dev tools (devcluster, demo) are not in the wheel: run them from the source tree.
 DEVTOOLS := PYTHONPATH=operator $(BIN)/python -m sunk_sandbox_devtools
 
-.PHONY: setup binaries demo test unit integration e2e bench bench-scale crd clean devcluster-up devcluster-down
+.PHONY: setup binaries helm demo test unit integration e2e bench bench-scale crd clean devcluster-up devcluster-down
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,16 +19,20 @@ setup: $(BIN)/.installed
 binaries: setup
 	$(DEVTOOLS) devcluster build
 
+# helm, built the same way from hack/helm (the Helm integration tests use it).
+helm: setup
+	$(DEVTOOLS) devcluster helm
+
 demo: binaries
 	$(DEVTOOLS) demo
 
-test: binaries
+test: binaries helm
 	$(BIN)/python -m pytest -ra
 
 unit: setup
 	$(BIN)/python -m pytest -ra tests/unit
 
-integration: binaries
+integration: binaries helm
 	$(BIN)/python -m pytest -ra tests/integration
 
 e2e: binaries

@@ -31,6 +31,7 @@ HACK = REPO_ROOT / "hack"
 CACHE_ROOT = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sunk-sandbox-operator" / "k8s"
 STATE_DIR = REPO_ROOT / ".devcluster"
 BINARIES = ("etcd", "kube-apiserver", "kubectl")
+HELM = ("helm",)  # built the same way, cached in its own directory (only the Helm tests need it)
 CLI = "PYTHONPATH=operator .venv/bin/python -m sunk_sandbox_devtools devcluster"  # from the repository root
 
 
@@ -45,6 +46,10 @@ def _pinned(module_dir: Path, module: str) -> str:
 def versions() -> tuple[str, str]:
     """(Kubernetes, etcd) versions pinned by the wrapper modules."""
     return _pinned(HACK / "kube", "k8s.io/kubernetes"), _pinned(HACK / "etcd", "go.etcd.io/etcd/server/v3")
+
+
+def helm_version() -> str:
+    return _pinned(HACK / "helm", "helm.sh/helm/v3")
 
 
 def _log(msg: str) -> None:
@@ -75,11 +80,26 @@ def build_binaries(out: Path) -> None:
     _log(f"built in {time.monotonic() - started:.0f}s")
 
 
-def _complete(directory: Path) -> bool:
-    return all((directory / b).is_file() for b in BINARIES)
+def build_helm(out: Path) -> None:
+    """Build helm from the pinned wrapper module in hack/helm (cold: about a minute)."""
+    version = helm_version()
+    env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod"}
+    started = time.monotonic()
+    _log(f"building helm {version} (first time only)")
+    subprocess.run(
+        ["go", "build", "-trimpath", "-ldflags", f"-s -w -X helm.sh/helm/v3/internal/version.version={version}",
+         "-o", str(out / "helm"), "helm.sh/helm/v3/cmd/helm"],
+        cwd=HACK / "helm", env=env, check=True,
+    )
+    _log(f"built in {time.monotonic() - started:.0f}s")
 
 
-def ensure_built(dest: Path, build: Callable[[Path], None] | None = None) -> Path:
+def _complete(directory: Path, binaries: tuple[str, ...] = BINARIES) -> bool:
+    return all((directory / b).is_file() for b in binaries)
+
+
+def ensure_built(dest: Path, build: Callable[[Path], None] | None = None,
+                 binaries: tuple[str, ...] = BINARIES) -> Path:
     """`dest` holding every binary, built by `build(tmp)` (default: `build_binaries`) at most once
     across concurrent runs.
 
@@ -88,7 +108,7 @@ def ensure_built(dest: Path, build: Callable[[Path], None] | None = None) -> Pat
     reader sees no `dest` or a complete one, and a run that waited on the lock finds the binaries
     and builds nothing. A failed or interrupted build leaves no partial `dest`.
     """
-    if _complete(dest):
+    if _complete(dest, binaries):
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
     with open(dest.parent / f"{dest.name}.lock", "a") as lock:
@@ -98,7 +118,7 @@ def ensure_built(dest: Path, build: Callable[[Path], None] | None = None) -> Pat
             _log(f"waiting for another build of {dest.name} (lock {lock.name})")
             fcntl.flock(lock, fcntl.LOCK_EX)
         try:
-            if _complete(dest):  # built by the run we waited for
+            if _complete(dest, binaries):  # built by the run we waited for
                 return dest
             # We hold the lock: temp dirs left by runs that were killed mid-build are stale.
             for stale in dest.parent.glob(f".{dest.name}.*.tmp"):
@@ -106,7 +126,7 @@ def ensure_built(dest: Path, build: Callable[[Path], None] | None = None) -> Pat
             tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
             try:
                 (build or build_binaries)(tmp)
-                missing = [b for b in BINARIES if not (tmp / b).is_file()]
+                missing = [b for b in binaries if not (tmp / b).is_file()]
                 if missing:
                     raise RuntimeError(f"the build produced no {', '.join(missing)}")
                 if dest.exists():  # an incomplete directory (older layout, manual edits): replace it
@@ -132,6 +152,13 @@ def ensure_binaries() -> Path:
         return path
     kube, etcd = versions()
     return ensure_built(CACHE_ROOT / f"kube-{kube}_etcd-{etcd}")
+
+
+def ensure_helm() -> Path:
+    """The helm binary ($HELM_BIN when set), built once per pinned version under the same kind of lock."""
+    if os.environ.get("HELM_BIN"):
+        return Path(os.environ["HELM_BIN"])
+    return ensure_built(CACHE_ROOT / f"helm-{helm_version()}", build_helm, HELM) / "helm"
 
 
 def free_port() -> int:
@@ -466,11 +493,13 @@ def main(argv: list[str]) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m sunk_sandbox_devtools devcluster",
                                      description="Local etcd + kube-apiserver for tests and the demo.")
-    parser.add_argument("action", choices=["up", "down", "env", "build"])
+    parser.add_argument("action", choices=["up", "down", "env", "build", "helm"])
     parser.add_argument("--dir", type=Path, default=STATE_DIR, help="state directory (default: .devcluster/)")
     args = parser.parse_args(argv)
     if args.action == "build":
         print(ensure_binaries())
+    elif args.action == "helm":
+        print(ensure_helm())
     elif args.action == "up":
         cluster = up(args.dir)
         print(f"control plane at {cluster.server}; run: eval \"$({CLI} env)\"")
