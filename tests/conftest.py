@@ -162,8 +162,11 @@ def operator_kubeconfig(installed, tmp_path_factory) -> Path:
         OPERATOR_NS, OPERATOR_SA, tmp_path_factory.mktemp("operator") / "operator.kubeconfig")
 
 
+# A short propagation window, so the placement tests see it open and close in seconds.
 TEST_ENV = {"SSB_STATUS_MIN_INTERVAL_SECONDS": "1", "SSB_HAZARD_EVENT_INTERVAL_SECONDS": "1",
-            "SSB_RESTORE_RETRIES": "3", "SSB_RESTORE_RETRY_DELAY_SECONDS": "1"}
+            "SSB_RESTORE_RETRIES": "3", "SSB_RESTORE_RETRY_DELAY_SECONDS": "1",
+            "SSB_POLICY_PROPAGATION_SECONDS": "6"}
+PROPAGATION_SECONDS = 6.0
 
 
 @pytest.fixture(scope="session")

@@ -31,10 +31,15 @@ def _run(argv: list[str]) -> int:
     parser.add_argument("--scope-window", type=float, default=None,
                         help="extra seconds to fold namespace changes into one scope write (default 0: write at "
                         "once, fold what arrives during a write into the next)")
+    parser.add_argument("--policy-propagation", type=float, default=None,
+                        help="seconds after a policy write during which a new sandbox pod lacking the policy is "
+                        "PlacementVerified=Unknown PolicyPropagating, not False (default 60)")
     args = parser.parse_args(argv)
     os.environ["SSB_METRICS_PORT"] = str(args.metrics_port)
     if args.scope_window is not None:
         os.environ["SSB_SCOPE_WINDOW_SECONDS"] = str(args.scope_window)
+    if args.policy_propagation is not None:
+        os.environ["SSB_POLICY_PROPAGATION_SECONDS"] = str(args.policy_propagation)
 
     import kopf
 

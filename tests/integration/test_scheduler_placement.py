@@ -7,6 +7,7 @@ client, and their status is set with patch_namespaced_pod_status.
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 import threading
 import time
@@ -15,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.conftest import assert_stays, wait_for
+from tests.conftest import PROPAGATION_SECONDS, assert_stays, wait_for
 from tests.integration.conftest import (binding_spec, create_token_secret, grant_secret_read, make_scheduler,
                                         new_runner, runner_policy, set_pod_ready)
 
@@ -105,6 +106,12 @@ def wait_policy_applied(kube, ns: str, name: str = "b") -> str:
     applied = status(kube, ns, name)["policy"]["lastAppliedTime"]
     time.sleep(1.1)  # creationTimestamp and lastAppliedTime have one-second resolution
     return applied
+
+
+def wait_window_over(applied: str) -> None:
+    """Until the propagation window after the policy write at `applied` is over (plus a second)."""
+    end = dt.datetime.fromisoformat(applied.replace("Z", "+00:00")).timestamp() + PROPAGATION_SECONDS + 1.1
+    time.sleep(max(0.0, end - time.time()))
 
 
 def warning_events(kube, ns: str, binding: str, reason: str) -> list:
@@ -247,13 +254,13 @@ def test_placement_verified_both_ways(installed, operator, emulator, binding_ns)
     # A stale pod from before the binding existed: it cannot have the policy, so it proves nothing.
     sandbox_pod(installed, sandbox, "old", scheduler=None, partition=None)
     make_binding(installed, emulator, binding_ns, glob=glob)
-    wait_policy_applied(installed, binding_ns)
+    applied = wait_policy_applied(installed, binding_ns)
     installed.wait_condition(binding_ns, "b", "PlacementVerified", "Unknown", "NoNewSandboxPods")
     assert placement(installed, binding_ns)["podsObserved"] == 1
 
     sandbox_pod(installed, sandbox, "good-1")
     installed.wait_condition(binding_ns, "b", "PlacementVerified", "True", "Verified", timeout=10)
-    time.sleep(1.1)
+    wait_window_over(applied)  # mismatches inside the propagation window are judged in the next test
 
     # A new pod without our scheduler and partition: the policy has not propagated.
     latencies = []
@@ -288,6 +295,25 @@ def test_placement_verified_both_ways(installed, operator, emulator, binding_ns)
         installed.core.delete_namespaced_pod(f"good-{i}", sandbox, grace_period_seconds=0)
     installed.wait_condition(binding_ns, "b", "PlacementVerified", "False", "PolicyNotPropagated", timeout=10)
     assert placement(installed, binding_ns)["podsObserved"] == 4
+
+
+def test_a_pod_inside_the_propagation_window_is_propagating_not_a_failure(installed, operator, emulator, binding_ns):
+    glob, (sandbox,) = sandbox_namespaces(installed)
+    make_binding(installed, emulator, binding_ns, glob=glob)
+    applied = wait_policy_applied(installed, binding_ns)
+    # Created seconds after the write, without our values: the policy may still be on its way.
+    sandbox_pod(installed, sandbox, "early", scheduler=None, partition=None)
+    cond = installed.wait_condition(binding_ns, "b", "PlacementVerified", "Unknown", "PolicyPropagating", timeout=10)
+    assert f"{sandbox}/early" in cond["message"] and "re-checked" in cond["message"]
+    assert installed.condition(binding_ns, "b", "Ready")["status"] == "True"  # Argo CD: not Degraded
+    # The window ends with no newer evidence: then it is a failure, without waiting for a pod event.
+    end = dt.datetime.fromisoformat(applied.replace("Z", "+00:00")).timestamp() + PROPAGATION_SECONDS
+    installed.wait_condition(binding_ns, "b", "PlacementVerified", "False", "PolicyNotPropagated",
+                             timeout=max(1.0, end - time.time()) + 5)
+    flipped = time.time()
+    print(f"\npropagation window end -> PolicyNotPropagated: {flipped - end:.2f}s after it")
+    assert flipped >= end
+    assert installed.condition(binding_ns, "b", "Ready")["status"] == "False"
 
 
 def test_pods_outside_sandbox_namespaces_do_not_count(installed, operator, emulator, binding_ns):

@@ -102,7 +102,8 @@ async def test_merge_patches_say_so(kube) -> None:
     api = _api(kube)
     await kube.merge_patch_deployment("slurm", "sched", {"spec": {}})
     await kube.merge_patch_application("argocd", "app", {"metadata": {"resourceVersion": "3"}})
-    assert [c[2] for c in api.calls] == [{"_content_type": k.MERGE_PATCH}] * 2
+    # ... and name the operator's field manager (managedFields say which fields are ours).
+    assert [c[2] for c in api.calls] == [{"field_manager": "sunk-sandbox-operator", "_content_type": k.MERGE_PATCH}] * 2
     assert api.calls[0][:2] == ("patch_namespaced_deployment", ("sched", "slurm", {"spec": {}}))
     assert api.calls[1][1] == (k.ARGO_GROUP, k.ARGO_VERSION, "argocd", k.ARGO_PLURAL, "app",
                                {"metadata": {"resourceVersion": "3"}})

@@ -31,7 +31,7 @@ def test_ten_thousand_names_fit_well_under_the_annotation_limit():
 
 def test_small_ledgers_stay_readable_json():
     text = lg.encode(lg.Ledger({"ns/b": lg.Entry(("ds-a",), ())}))
-    assert text == '{"version":1,"bindings":{"ns/b":{"added":["ds-a"],"preexisting":[]}}}'
+    assert text == '{"version":1,"generation":0,"bindings":{"ns/b":{"added":["ds-a"],"preexisting":[]}}}'
 
 
 def test_with_entry_sets_and_removes_one_binding_only():
@@ -46,3 +46,14 @@ def test_unreadable_annotation_is_an_error_not_a_silent_claim():
         led = lg.decode(junk)
         assert led.error and led.entries == {}
     assert lg.decode(None).entries == {} and lg.decode(None).error is None
+
+
+def test_the_generation_counts_list_writes_and_survives_the_round_trip():
+    ledger = lg.Ledger({"ns/b": lg.Entry(("ds-a",), ())}).next_generation().next_generation()
+    assert ledger.generation == 2
+    assert lg.decode(lg.encode(ledger)).generation == 2
+    assert ledger.with_entry("ns/c", lg.Entry(("ds-b",), None)).generation == 2  # entries do not reset it
+    # Older ledgers (no generation) and nonsense read as 0.
+    assert lg.decode('{"version":1,"bindings":{}}').generation == 0
+    assert lg.decode('{"version":1,"generation":true,"bindings":{}}').generation == 0
+    assert lg.decode('{"version":1,"generation":-3,"bindings":{}}').generation == 0

@@ -48,13 +48,13 @@ EXPECTED_CLUSTER_RULES = _rules(
     ("apiextensions.k8s.io", "customresourcedefinitions", "get list watch", ()),
     ("", "namespaces", "list watch", ()),
     ("", "pods", "list watch", ()),
-    ("", "configmaps", "get list update", ()),
+    ("", "configmaps", "get list watch update", ()),
     ("apps", "deployments", "list patch", ()),
     ("rbac.authorization.k8s.io", "rolebindings", "list create delete", ()),
     ("rbac.authorization.k8s.io", "clusterroles", "bind", ("sunk-scheduler-sandbox",)),
     ("", "events", "create patch", ()),
     ("events.k8s.io", "events", "create patch", ()),
-    ("argoproj.io", "applications", "get patch", ()),
+    ("argoproj.io", "applications", "get list watch patch", ()),
 )
 EXPECTED_SECRET_RULES = _rules(("", "secrets", "get", ()))
 # Granted per namespace by RoleBindings only (manifests/rbac-secrets.yaml).

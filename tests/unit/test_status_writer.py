@@ -83,7 +83,7 @@ async def test_requests_that_change_nothing_are_paced_too(harness) -> None:
     state = h.binding()
     evaluations = 0
 
-    def before(_state) -> None:
+    def before(_ctx, _state) -> None:
         nonlocal evaluations
         evaluations += 1
 
@@ -104,7 +104,7 @@ async def test_request_flush_refreshes_derived_parts_right_before_writing(harnes
     state = h.binding()
     counter = {"n": 0}
 
-    def before(s) -> None:
+    def before(_ctx, s) -> None:
         counter["n"] += 1
         s.report(Part("PlacementVerified", "Unknown", "NoSandboxPods", f"seen {counter['n']}"))
 

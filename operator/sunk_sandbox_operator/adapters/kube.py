@@ -145,8 +145,10 @@ class Kube:
         """PUT with the body's resourceVersion as precondition (409 → Conflict, 422 → Invalid)."""
         self.check_writable()
         if self.http is not None:
-            return await self.http.put(f"/api/v1/namespaces/{namespace}/configmaps/{name}", body)
-        return await self._call(self.core.replace_namespaced_config_map, name, namespace, body)
+            return await self.http.put(f"/api/v1/namespaces/{namespace}/configmaps/{name}", body,
+                                       params={"fieldManager": keys.FIELD_MANAGER})
+        return await self._call(self.core.replace_namespaced_config_map, name, namespace, body,
+                                field_manager=keys.FIELD_MANAGER)
 
     async def create_configmap(self, namespace: str, body: dict) -> dict:
         self.check_writable()
@@ -163,13 +165,14 @@ class Kube:
         """JSON merge patch (the generated client would pick json-patch for a dict body)."""
         self.check_writable()
         return await self._call(self.apps.patch_namespaced_deployment, name, namespace, patch,
-                                _content_type=MERGE_PATCH)
+                                field_manager=keys.FIELD_MANAGER, _content_type=MERGE_PATCH)
 
     async def merge_patch_application(self, namespace: str, name: str, patch: dict) -> dict:
         """JSON merge patch of an Argo CD Application; metadata.resourceVersion in it is a precondition."""
         self.check_writable()
         return await self._call(self.custom.patch_namespaced_custom_object, ARGO_GROUP, ARGO_VERSION, namespace,
-                                ARGO_PLURAL, name, patch, _content_type=MERGE_PATCH)
+                                ARGO_PLURAL, name, patch, field_manager=keys.FIELD_MANAGER,
+                                _content_type=MERGE_PATCH)
 
     async def create_event(self, namespace: str, body: dict) -> dict:
         self.check_writable()

@@ -52,7 +52,9 @@ class KubeHTTP:
 
     def session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=self._ssl, limit=8))
+            # No pool limit: every watch holds its connection open (HTTP/1.1), one per watched kind and
+            # namespace; a limit would make the next watch, and every GET and PUT, wait for ever.
+            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=self._ssl, limit=0))
         return self._session
 
     async def get(self, path: str, params: Mapping[str, str], headers: Mapping[str, str] | None = None,
@@ -64,8 +66,8 @@ class KubeHTTP:
                 raise _error(resp.status, body)
             return json.loads(body)
 
-    async def put(self, path: str, body: dict, timeout: float = 60.0) -> dict:
-        async with self.session().put(self.base + path, data=json.dumps(body, separators=(",", ":")),
+    async def put(self, path: str, body: dict, timeout: float = 60.0, params: Mapping[str, str] | None = None) -> dict:
+        async with self.session().put(self.base + path, data=json.dumps(body, separators=(",", ":")), params=params,
                                       headers=self._headers({"Content-Type": "application/json"}),
                                       timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
             answer = await resp.read()

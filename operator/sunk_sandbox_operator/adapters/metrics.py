@@ -27,6 +27,7 @@ class BindingCounters:
     drift_corrections: int = 0
     status_patches: int = 0
     scope_writes: int = 0
+    scope_reverts: int = 0               # syncs that found entries we added removed by someone else
     scope_namespaces: int | None = None
 
 
@@ -53,6 +54,9 @@ class BindingCollector:
                                                   labels=["binding"]),
             "scope_writes": CounterMetricFamily("ssb_scope_writes", "Writes of the scheduler scope target.",
                                                 labels=["binding"]),
+            "scope_reverts": CounterMetricFamily(
+                "ssb_scope_reverts", "Syncs that found namespaces the operator added removed by another writer "
+                "(Helm, Argo CD, an admin): a rising rate is a tug-of-war.", labels=["binding"]),
         }
         namespaces = GaugeMetricFamily("ssb_scope_namespaces", "Namespaces in the scheduler's watched list.",
                                        labels=["binding"])
@@ -84,6 +88,9 @@ class Metrics:
         self.runner_api_calls = Counter("ssb_runner_api_calls", "Runner API calls by method and result code.",
                                         ["method", "code"], registry=r)
         self.pod_events = Counter("ssb_sandbox_pod_events", "Sandbox pod watch events handled.", registry=r)
+        self.dependency_wakes = Counter(
+            "ssb_dependency_wakes", "Reconciles woken by a change to a scheduler ConfigMap or pod, or to the scope "
+            "target (not counting the echo of the operator's own writes).", registry=r)
         self.scope_sync_latency = Histogram(
             "ssb_scope_sync_latency_seconds", "From a namespace event to the scope target holding it.",
             buckets=(0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0), registry=r)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..api.keys import SCOPE_HASH_ANNOTATION
+from ..api.keys import SCOPE_GENERATION_ANNOTATION, SCOPE_HASH_ANNOTATION
 from ..api.spec import LabelSelector
 from ..core import selectors
 from . import kube as k
@@ -39,9 +39,14 @@ async def list_deployments(kube: k.Kube, namespace: str) -> list[dict]:
     return await kube.list_deployments(namespace)
 
 
-async def set_scope_hash(kube: k.Kube, namespace: str, deployment: str, value: str) -> bool:
-    """Roll the scheduler by setting its pod-template scope hash. False when the Deployment is gone."""
-    patch = {"spec": {"template": {"metadata": {"annotations": {SCOPE_HASH_ANNOTATION: value}}}}}
+async def set_scope_hash(kube: k.Kube, namespace: str, deployment: str, value: str,
+                         generation: int | None = None) -> bool:
+    """Roll the scheduler by setting its pod-template scope hash (and the ledger generation it is
+    rolled for). False when the Deployment is gone."""
+    annotations = {SCOPE_HASH_ANNOTATION: value}
+    if generation is not None:
+        annotations[SCOPE_GENERATION_ANNOTATION] = str(generation)
+    patch = {"spec": {"template": {"metadata": {"annotations": annotations}}}}
     try:
         await kube.merge_patch_deployment(namespace, deployment, patch)
     except k.NotFound:

@@ -54,13 +54,15 @@ def _annotations_with(obj: dict, ledger: Ledger) -> dict:
 class ScopeTarget(Protocol):
     kind: str                 # the Kubernetes kind written (ConfigMap, Application)
     can_roll: bool            # writing it needs a scheduler roll to take effect
+    namespace: str
+    name: str
 
     def describe(self) -> str: ...
 
     async def read(self) -> TargetRead: ...
 
-    async def write(self, read: TargetRead, values: list[str] | None, ledger: Ledger) -> None:
-        """The new list (None: unchanged) and the new ledger, in one request."""
+    async def write(self, read: TargetRead, values: list[str] | None, ledger: Ledger) -> str | None:
+        """The new list (None: unchanged) and the new ledger, in one request; the written resourceVersion."""
         ...
 
 
@@ -135,7 +137,7 @@ class ConfigMapTarget:
         doc, error = _memoized(self.memo, _version(obj, self.key, self.path), lambda: scope_doc.parse(text))
         return TargetRead(scope_doc.read_parsed(doc, error, self.path), obj, _ledger(obj))
 
-    async def write(self, read: TargetRead, values: list[str] | None, ledger: Ledger) -> None:
+    async def write(self, read: TargetRead, values: list[str] | None, ledger: Ledger) -> str | None:
         data, new_doc = read.obj["data"], None
         if values is not None:
             old_doc, error = _memoized(self.memo, _version(read.obj, self.key, self.path),
@@ -153,6 +155,7 @@ class ConfigMapTarget:
             written = await self.kube.replace_configmap(self.namespace, self.name, body)
         if new_doc is not None:  # what we wrote was checked to parse to new_doc: the next read need not parse
             _remember(self.memo, _version(written, self.key, self.path), (new_doc, None))
+        return (written.get("metadata") or {}).get("resourceVersion")
 
 
 class ApplicationTarget:
@@ -181,14 +184,15 @@ class ApplicationTarget:
         helm = source.get("helm") if isinstance(source.get("helm"), dict) else {}
         return TargetRead(scope_doc.read_list_obj(helm.get("valuesObject"), self.path), obj, _ledger(obj))
 
-    async def write(self, read: TargetRead, values: list[str] | None, ledger: Ledger) -> None:
+    async def write(self, read: TargetRead, values: list[str] | None, ledger: Ledger) -> str | None:
         patch: dict = {"metadata": {"resourceVersion": read.obj["metadata"]["resourceVersion"],
                                     "annotations": {SCOPE_LEDGER_ANNOTATION: encode_ledger(ledger)}}}
         if values is not None:
             patch["spec"] = {"source": {"helm": {"valuesObject": scope_doc.set_path_patch(self.path, values,
                                                                                           read.list.style)}}}
         with _writing(self):
-            await self.kube.merge_patch_application(self.namespace, self.name, patch)
+            written = await self.kube.merge_patch_application(self.namespace, self.name, patch)
+        return ((written or {}).get("metadata") or {}).get("resourceVersion")
 
 
 def _configmap(kube: k.Kube, spec: BindingSpec, scheduler_namespace: str, discovered_name: str | None,

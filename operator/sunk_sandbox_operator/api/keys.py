@@ -23,6 +23,10 @@ SCHEDULER_CONFIGMAP_LABEL = ("app.kubernetes.io/component", "scheduler")
 
 # Written by the operator on objects it touches.
 SCOPE_HASH_ANNOTATION = f"{GROUP}/scope-hash"   # scheduler pod template: rolls it when the list changes
+# Every write names this field manager: managedFields then say which fields are ours, and when
+# another manager (helm, argocd-controller) last changed one.
+FIELD_MANAGER = "sunk-sandbox-operator"
+SCOPE_GENERATION_ANNOTATION = f"{GROUP}/scope-generation"  # ... and the ledger generation it was rolled for
 BINDING_LABEL = f"{GROUP}/binding"              # RoleBindings it created, naming the binding
 SCOPE_LEDGER_ANNOTATION = f"{GROUP}/scope-ledger"  # scope target: what each binding added (core/ledger.py)
 MANAGED_BY_LABEL = ("app.kubernetes.io/managed-by", "sunk-sandbox-operator")

@@ -114,9 +114,12 @@ class PlacementVerified(_Reason):
     VERIFIED = "Verified", "the newest sandbox pod carries our scheduler and annotations"
     NO_SANDBOX_PODS = "NoSandboxPods", "create a sandbox to verify"
     NO_NEW_SANDBOX_PODS = "NoNewSandboxPods", "create a sandbox to verify (pods created before the policy write prove nothing)"
+    POLICY_PROPAGATING = "PolicyPropagating", (
+        "transient (Unknown): a pod created within `SSB_POLICY_PROPAGATION_SECONDS` (default 60) of the policy "
+        "write lacks it; re-checked when that window ends (a newer matching pod verifies it sooner)")
     POLICY_NOT_PROPAGATED = "PolicyNotPropagated", (
-        "a pod created after the policy write lacks it: policy changes take a while to propagate; check again "
-        "with a new sandbox")
+        "a pod created after the policy write lacks it, and the propagation window is over: check again with a "
+        "new sandbox; if new pods keep the old values, read the runner policy back")
 
 
 # Condition type → the enum of its own reasons (Common ones apply to every type).

@@ -66,6 +66,9 @@ class ScopeStatus(_Status):
     added_count: Optional[int] = Field(
         default=None, description="Entries this binding added (the full list is the target's "
         "sunksandbox.dev/scope-ledger annotation, written with the list).")
+    managed_by: Optional[str] = Field(
+        default=None, description="Another tool that renders the target and may put its own list back (Helm, Argo CD, "
+        "Flux), read from the target's labels and annotations.")
     last_sync_time: Optional[str] = Field(default=None, description="When the list was last written or confirmed.")
 
 

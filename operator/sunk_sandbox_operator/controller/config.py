@@ -19,6 +19,9 @@ class Config:
     scope_max_writes_per_second: float = 50.0
     # At most one coalesced status patch per binding per this many seconds (pod churn).
     status_min_interval_seconds: float = 2.0
+    # A sandbox pod created less than this many seconds after the policy write that lacks the new
+    # values is PlacementVerified=Unknown PolicyPropagating, not False (the change takes a while).
+    policy_propagation_seconds: float = 60.0
     # Minimum seconds between two Warning events of the same hazard on one binding.
     hazard_event_interval_seconds: float = 60.0
     # Upper bound for the resync interval jitter (fraction of the interval).
@@ -52,6 +55,7 @@ def load() -> Config:
         scope_max_writes_per_second=_float("SSB_SCOPE_MAX_WRITES_PER_SECOND", 50.0),
         status_min_interval_seconds=_float("SSB_STATUS_MIN_INTERVAL_SECONDS", 2.0),
         hazard_event_interval_seconds=_float("SSB_HAZARD_EVENT_INTERVAL_SECONDS", 60.0),
+        policy_propagation_seconds=_float("SSB_POLICY_PROPAGATION_SECONDS", 60.0),
         resync_jitter=_float("SSB_RESYNC_JITTER", 0.1),
         policy_conflict_retries=int(_float("SSB_POLICY_CONFLICT_RETRIES", 5)),
         scope_conflict_retries=int(_float("SSB_SCOPE_CONFLICT_RETRIES", 5)),

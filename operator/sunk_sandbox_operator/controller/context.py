@@ -22,6 +22,7 @@ from ..adapters.ownership import OwnershipStore
 from .caches import NamespaceCache, PodCache
 from .failpoints import Failpoints
 from .config import Config
+from .depends import Dependencies
 from .state import BindingState, Registry
 
 
@@ -68,6 +69,7 @@ class Context:
     informers: list = field(default_factory=list)   # adapters.informer.Informer, one per watched kind
     tasks: list = field(default_factory=list)       # their running tasks
     http: object | None = None                      # adapters.kubehttp.KubeHTTP the informers share
+    depends: Dependencies = None  # type: ignore[assignment]  # scheduler objects and scope targets (built below)
 
     def __post_init__(self) -> None:
         if self.event_sink is None:
@@ -75,10 +77,16 @@ class Context:
         self._post = events.safe(self.event_sink)
         if self.metrics is None:
             self.metrics = Metrics(lambda: self.bindings.samples())
+        if self.depends is None:
+            self.depends = Dependencies(self)
 
     def reset_bindings(self) -> None:
         """Forget every binding (leadership lost): the next leader term starts from the API's state."""
+        for state in self.bindings:
+            if state.kick_handle is not None:
+                state.kick_handle.cancel()
         self.bindings = Registry()
+        self.depends.refresh()  # no bindings: every dependency watch stops
 
     async def synced(self) -> None:
         """Until every informer has its initial LIST in the caches (a first reconcile waits for this)."""

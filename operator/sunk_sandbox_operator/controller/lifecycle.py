@@ -62,9 +62,10 @@ async def start(logger: logging.Logger, config: Config | None = None) -> Context
 
 
 async def stop(ctx: Context) -> None:
-    for task in ctx.tasks:
+    tasks = [*ctx.tasks, *ctx.depends.stop()]
+    for task in tasks:
         task.cancel()
-    await asyncio.gather(*ctx.tasks, return_exceptions=True)
+    await asyncio.gather(*tasks, return_exceptions=True)
     await reconcile.shutdown(ctx)
     if ctx.http is not None:
         await ctx.http.close()
@@ -72,6 +73,11 @@ async def stop(ctx: Context) -> None:
 
 def binding_event(ctx: Context, event_type: str | None, body: dict) -> None:
     if event_type == "DELETED":
+        # The binding is gone (its finalizer done): a younger binding on its runner takes over now.
+        runner = ((body.get("spec") or {}).get("runner") or {}).get("id")
+        for other in ctx.bindings:
+            if other.conflict and other.spec is not None and other.spec.runner.id == runner:
+                other.wake.set()
         return
     state = ctx.bindings.ensure(body)
     # Our own status patches come back as events too: only a spec change (generation) or a

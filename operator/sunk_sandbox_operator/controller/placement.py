@@ -8,6 +8,7 @@ cache without listing pods again.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Iterator
 
 from ..api.keys import PARTITION_ANNOTATION
@@ -16,6 +17,7 @@ from ..core.compose import Part
 from ..core.scheduler import Discovery
 from .context import Context
 from .state import BindingState, PodExpectations
+from .status_writer import request_flush
 
 
 def expectations(state: BindingState, d: Discovery) -> PodExpectations:
@@ -88,7 +90,7 @@ def hazard_event(ctx: Context, state: BindingState, kind: str, pod_ref: str) -> 
     ctx.event(state, "Warning", kind, placement.hazard_message(kind, pod_ref))
 
 
-def report(state: BindingState) -> None:
+def report(ctx: Context, state: BindingState) -> None:
     """GracePeriodSafe and PlacementVerified from the discovery and the pods seen so far."""
     d = state.discovery
     applied = state.section("policy").get("lastAppliedTime")
@@ -97,5 +99,37 @@ def report(state: BindingState) -> None:
     status, reason, message = grace.grace_condition(state.spec.expected_grace_period_seconds, summary.max_grace,
                                                     kill_wait)
     state.report(Part("GracePeriodSafe", status, reason, message))
-    status, reason, message = placement.placement_condition(summary, applied)
+    window, now = ctx.config.policy_propagation_seconds, ctx.now_iso()
+    status, reason, message = placement.placement_condition(summary, applied, window_seconds=window, now=now)
     state.report(Part("PlacementVerified", status, reason, message, "placement", summary.to_status().wire()))
+    _recheck_at(ctx, state, placement.propagating_until(summary, applied, window_seconds=window, now=now),
+                placement.parse_time(now))
+
+
+def _recheck_at(ctx: Context, state: BindingState, end: float | None, now: float | None) -> None:
+    """While PolicyPropagating, one re-judge (a status flush) just after the window ends, so the
+    verdict flips then rather than at the next resync. A re-judge that still finds the window open
+    (clocks) schedules the next one."""
+    mem = state.placement
+    if end is None or now is None:
+        forget(state)
+        return
+    if mem.recheck is not None and not mem.recheck.done() and mem.recheck_for == end:
+        return
+    forget(state)
+    delay = end + 1.0 - now  # one-second resolution: the window's last second is still inside it
+
+    async def later() -> None:
+        await ctx.sleep(delay)
+        mem.recheck, mem.recheck_for = None, None
+        request_flush(ctx, state, before=report)
+
+    mem.recheck, mem.recheck_for = asyncio.get_running_loop().create_task(later()), end
+
+
+def forget(state: BindingState) -> None:
+    """Cancel the pending propagation-window re-judge, if any (binding gone, shutdown, verdict changed)."""
+    mem = state.placement
+    if mem.recheck is not None:
+        mem.recheck.cancel()
+    mem.recheck, mem.recheck_for = None, None

@@ -102,8 +102,9 @@ async def reconcile(ctx: Context, state: BindingState) -> None:
     policy_part = state.parts["PolicySynced"]
     transient = transient or (policy_part.status == "False" and policy_part.reason in TRANSIENT)
     state.failures = state.failures + 1 if transient else 0
-    placement.report(state)
+    placement.report(ctx, state)
     await flush(ctx, state)
+    ctx.depends.refresh()  # the scheduler namespace or the target may have moved: watch what it reads now
 
 
 async def finalize(ctx: Context, state: BindingState) -> None:
@@ -124,14 +125,19 @@ async def finalize(ctx: Context, state: BindingState) -> None:
 def forget(ctx: Context, state: BindingState) -> None:
     """The binding is gone: stop its timers and tasks, drop its state (and so its metrics)."""
     scope.forget(state)
+    placement.forget(state)
     if state.flusher is not None:
         state.flusher.cancel()
+    if state.kick_handle is not None:
+        state.kick_handle.cancel()
     ctx.bindings.forget(state.key)
+    ctx.depends.refresh()
 
 
 async def shutdown(ctx: Context) -> None:
     for state in ctx.bindings:
         await policy.close(state)
         scope.forget(state)
+        placement.forget(state)
         if state.flusher is not None:
             state.flusher.cancel()

@@ -19,15 +19,15 @@ import asyncio
 import logging
 
 from ..adapters import kube as k
-from ..adapters import scheduler as sched
 from ..adapters import targets
-from ..api.keys import SCOPE_HASH_ANNOTATION
 from ..api.reasons import ScopeSynced
+from ..core import managers
 from ..core import scope as sc
 from ..core.compose import Part
 from ..core.ledger import Entry
 from ..core.scope import NamespaceInfo
 from . import grants, placement, retry
+from . import roll as rolling
 from .coalescer import Coalescer
 from .context import Context
 from .state import BindingState, ScopeMemory
@@ -243,30 +243,44 @@ async def _sync_inner(ctx: Context, state: BindingState, mem: ScopeMemory, perio
                            status="Unknown")
     target = targets.for_spec(ctx.kube, spec, d.namespace, d.configmap_name, mem.parsed)
 
-    async def attempt(_: int) -> tuple[sc.ScopeObservation, sc.ListDecision]:
+    async def attempt(_: int) -> tuple[sc.ScopeObservation, sc.ListDecision, targets.TargetRead, int]:
         sandbox = _sandbox_set(ctx, state, mem, full=periodic)
         read = await target.read()
         obs = _observation(state, target, read, sandbox, mem)
         decision = sc.decide_list(obs)
+        generation = read.ledger.generation
         if decision.write is not None:
             # The ledger entry travels in the same request as the list: a crash cannot split them.
             entry = Entry(tuple(decision.added), tuple(decision.preexisting or ()))
-            await target.write(read, decision.write, read.ledger.with_entry(state.ref, entry))
+            ledger = read.ledger.with_entry(state.ref, entry)
+            if await rolling.rewrites_running_list(ctx, state, target, read, decision):
+                ledger = ledger.next_generation()
+            rv = await target.write(read, decision.write, ledger)
+            ctx.depends.wrote(target.kind, target.namespace, target.name, rv)
+            generation = ledger.generation
             ctx.failpoints.hit("after-scope-write")
-        return obs, decision
+        return obs, decision, read, generation
 
-    obs, decision = await retry.optimistic(attempt, lost_race=lambda e: isinstance(e, k.Conflict),
-                                           retries=ctx.config.scope_conflict_retries, sleep=ctx.sleep)
+    obs, decision, read, generation = await retry.optimistic(
+        attempt, lost_race=lambda e: isinstance(e, k.Conflict), retries=ctx.config.scope_conflict_retries,
+        sleep=ctx.sleep)
     wrote = decision.write is not None
+    manager = _other_manager(ctx, state, mem, target, read)
+    if decision.reverted and not obs.observe:
+        state.counters.scope_reverts += 1
+        log.info("scope of %s: %d namespace(s) the operator added were removed from %s by another writer%s",
+                 state.ref, len(decision.reverted), target.describe(),
+                 f" ({manager.describe()})" if manager else "")
+    managed_by = manager.describe() if manager else None
     if decision.error:
-        return Part(COND, *_report(ctx, state, obs, decision, wrote))
+        return Part(COND, *_report(ctx, state, obs, decision, wrote, managed_by=managed_by))
     mem.cluster = decision.cluster
     mem.preexisting = decision.preexisting
     if not obs.observe:
         mem.added = decision.added
     if decision.cluster:
         mem.known_list = None
-        return Part(COND, *_report(ctx, state, obs, decision, wrote))
+        return Part(COND, *_report(ctx, state, obs, decision, wrote, managed_by=managed_by))
     mem.known_list = frozenset(decision.final)
     state.counters.scope_namespaces = len(mem.known_list)
     if wrote:
@@ -275,7 +289,8 @@ async def _sync_inner(ctx: Context, state: BindingState, mem: ScopeMemory, perio
         state.counters.scope_writes += 1
         if started is not None:
             ctx.metrics.scope_sync_latency.observe(ctx.monotonic() - started)
-        ctx.event(state, "Normal", "ScopeUpdated", sc.change_message(target.describe(), decision.diff))
+        restored = f" (put back after another writer removed {sc.names(decision.reverted)})" if decision.reverted else ""
+        ctx.event(state, "Normal", "ScopeUpdated", sc.change_message(target.describe(), decision.diff) + restored)
 
     notes: list[str] = []
     problem: tuple[str, str] | None = None
@@ -286,7 +301,7 @@ async def _sync_inner(ctx: Context, state: BindingState, mem: ScopeMemory, perio
         burst_goes_on = not periodic and mem.syncer.pending
         if target.can_roll and spec.scope.restart_scheduler and (mem.roll_due or periodic) and not burst_goes_on:
             try:
-                note = await roll(ctx, state, decision.final, wrote=mem.roll_due)
+                note = await rolling.roll(ctx, state, decision.final, wrote=mem.roll_due, generation=generation)
                 mem.roll_due = False
                 if note:
                     notes.append(note)
@@ -296,39 +311,28 @@ async def _sync_inner(ctx: Context, state: BindingState, mem: ScopeMemory, perio
             await grants.sync(ctx, state, mem, decision.final, refresh=periodic or mem.grants is None)
         except targets.TargetProblem as exc:
             problem = problem or (exc.reason, exc.message)
-    return Part(COND, *_report(ctx, state, obs, decision, wrote, problem, notes))
+    return Part(COND, *_report(ctx, state, obs, decision, wrote, problem, notes, managed_by=managed_by))
 
 
 def _report(ctx: Context, state: BindingState, obs: sc.ScopeObservation, decision: sc.ListDecision, wrote: bool,
-            problem: tuple[str, str] | None = None, notes: list[str] = ()) -> tuple[str, str, str, str, dict]:
+            problem: tuple[str, str] | None = None, notes: list[str] = (), *,
+            managed_by: str | None = None) -> tuple[str, str, str, str, dict]:
     r = sc.report(obs, decision, prev=state.section("scope"), now=ctx.now_iso(), wrote=wrote, problem=problem,
-                  notes=list(notes))
+                  notes=list(notes), managed_by=managed_by)
     return r.status, r.reason, r.message, "scope", r.section
 
 
-# ---------------------------------------------------------------- rolling the scheduler
-
-
-async def roll(ctx: Context, state: BindingState, values: list[str], *, wrote: bool) -> str | None:
-    """Set the scheduler Deployment's pod-template scope hash when it differs (rolls the scheduler)."""
-    ns = state.discovery.namespace
-    try:
-        deployments = await sched.list_deployments(ctx.kube, ns)
-    except k.Forbidden as exc:
-        raise targets.TargetProblem(ScopeSynced.FORBIDDEN, f"the operator may not list Deployments in {ns}: {exc}") from None
-    decision = sc.decide_roll(deployments, state.spec.scheduler.pod_selector, ns, values, wrote=wrote,
-                              hash_annotation=SCOPE_HASH_ANNOTATION)
-    if decision.deployment is None:
-        return decision.note
-    try:
-        rolled = await sched.set_scope_hash(ctx.kube, ns, decision.deployment, decision.hash)
-    except k.Forbidden as exc:
-        raise targets.TargetProblem(ScopeSynced.FORBIDDEN, f"the operator may not patch Deployment "
-                                    f"{ns}/{decision.deployment}: {exc}") from None
-    if rolled:
-        ctx.event(state, "Normal", "SchedulerRestarted", f"Deployment {ns}/{decision.deployment}: pod-template "
-                  f"{SCOPE_HASH_ANNOTATION}={decision.hash} (the watched list changed)")
-    return None
+def _other_manager(ctx: Context, state: BindingState, mem: ScopeMemory, target: targets.ScopeTarget,
+                   read: targets.TargetRead) -> managers.Manager | None:
+    """Helm, Argo CD or Flux rendering a ConfigMap target: said once per binding in a Warning event."""
+    if target.kind != "ConfigMap":
+        return None
+    manager = managers.other_manager(read.obj.get("metadata"), target.describe())
+    if manager is not None and mem.manager_warned != manager.describe():
+        mem.manager_warned = manager.describe()
+        ctx.event(state, "Warning", "TargetManagedElsewhere", f"{manager.describe()} also writes {target.describe()}: "
+                  f"{manager.fix}")
+    return manager
 
 
 # ---------------------------------------------------------------- deletion
@@ -361,7 +365,10 @@ async def _restore_target(ctx: Context, state: BindingState, mem: ScopeMemory) -
         ours = _ours(state, read, mem)
         p = sc.restore_plan(list(read.list.values or []), spec.scope.always_include, ours.preexisting, ours.added)
         if p.changed or read.ledger.get(state.ref) is not None:
-            await target.write(read, p.new_list if p.changed else None, read.ledger.with_entry(state.ref, None))
+            ledger = read.ledger.with_entry(state.ref, None)
+            rv = await target.write(read, p.new_list if p.changed else None,
+                                    ledger.next_generation() if p.changed else ledger)
+            ctx.depends.wrote(target.kind, target.namespace, target.name, rv)
         return p
 
     p = await retry.optimistic(attempt, lost_race=lambda e: isinstance(e, k.Conflict),
@@ -371,4 +378,4 @@ async def _restore_target(ctx: Context, state: BindingState, mem: ScopeMemory) -
     mem.added, mem.known_list = [], frozenset(p.new_list)
     ctx.event(state, "Normal", "ScopeRestored", f"{target.describe()}: removed {sc.names(p.diff.removed)}")
     if target.can_roll and spec.scope.restart_scheduler:
-        await roll(ctx, state, p.new_list, wrote=False)
+        await rolling.roll(ctx, state, p.new_list, wrote=False)

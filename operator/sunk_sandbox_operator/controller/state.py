@@ -52,6 +52,7 @@ class ScopeMemory:
     roll_due: bool = False                     # we wrote the list and the scheduler has not been rolled onto it
     sandbox: set[str] | None = None            # namespaces that belong, kept current by namespace events
     sandbox_for: object = None                 # the matcher `sandbox` was computed with
+    manager_warned: str | None = None          # the other writer of the target last warned about
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,8 @@ class PlacementMemory:
     tracker: PlacementTracker = field(default_factory=PlacementTracker)
     expectations: PodExpectations | None = None
     hazard_events: dict[str, float] = field(default_factory=dict)  # kind -> when last posted (monotonic)
+    recheck: "asyncio.Task | None" = None      # one re-judge at the end of the propagation window
+    recheck_for: float | None = None           # the window end (epoch seconds) it was scheduled for
 
 
 @dataclass
@@ -95,6 +98,8 @@ class BindingState:
     flush_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     counters: BindingCounters = field(default_factory=BindingCounters)
     deleted: bool = False
+    kicks: dict = field(default_factory=dict)            # dependency events not yet acted on: obj -> rv
+    kick_handle: asyncio.TimerHandle | None = None       # the pending wake for them (controller/depends.py)
     _matcher: tuple[BindingSpec, Matcher] | None = None
 
     @property

@@ -49,7 +49,8 @@ async def flush(ctx: Context, state: BindingState) -> bool:
         return True
 
 
-def request_flush(ctx: Context, state: BindingState, before: Callable[[BindingState], None] | None = None) -> None:
+def request_flush(ctx: Context, state: BindingState,
+                  before: Callable[[Context, BindingState], None] | None = None) -> None:
     """Coalesced flush; `before` refreshes parts derived from caches (placement) right before it."""
     if state.deleted:
         return
@@ -58,7 +59,7 @@ def request_flush(ctx: Context, state: BindingState, before: Callable[[BindingSt
             if state.deleted:
                 return
             if before is not None and state.spec is not None:
-                before(state)
+                before(ctx, state)
             await flush(ctx, state)
 
         state.flusher = Coalescer(run, min_interval=lambda: ctx.config.status_min_interval_seconds,

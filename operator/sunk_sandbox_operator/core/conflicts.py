@@ -17,12 +17,15 @@ def _runner_id(binding: dict) -> str | None:
 
 
 def older_owner(me: dict, others: list[dict]) -> str | None:
-    """namespace/name of an older, live binding on the same runner id, or None if `me` owns it."""
+    """namespace/name of an older binding (live or still finalizing) on the same runner id, or None
+    if `me` owns it."""
     mine = _age_key(me)
     runner = _runner_id(me)
     for other in sorted(others, key=_age_key):
         meta = other.get("metadata") or {}
-        if _age_key(other)[1:] == mine[1:] or meta.get("deletionTimestamp") or _runner_id(other) != runner:
+        # An older binding being deleted still owns the runner until it is gone: its finalizer may be
+        # restoring the policy, and a takeover meanwhile would be undone by that restore.
+        if _age_key(other)[1:] == mine[1:] or _runner_id(other) != runner:
             continue
         if _age_key(other) < mine:
             return f"{meta.get('namespace')}/{meta.get('name')}"

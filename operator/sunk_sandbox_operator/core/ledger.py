@@ -4,7 +4,10 @@ The ledger is an annotation on the target object (the scheduler's ConfigMap, the
 Application), written in the same request as the list, so list and ledger change atomically:
 a crash can never leave an entry we added looking like an admin's. It survives losing the
 binding's status. Per binding (by namespace/name): the entries it added, and the entries that
-were there before its first write (never removed by it).
+were there before its first write (never removed by it). For the target: `generation`, counting
+the operator's writes of the list; the scheduler's pod template records the generation it was
+rolled for, so a list written again (e.g. put back after a Helm revert) rolls it even when the
+names equal those it was last rolled for.
 
 Encoding: JSON; past `COMPRESS_OVER` bytes, `zlib:` + base64 of the zlib-compressed JSON, which
 keeps 10,000 names well under the API server's 256 KiB limit for all annotations together.
@@ -33,6 +36,7 @@ class Entry:
 class Ledger:
     entries: Mapping[str, Entry] = field(default_factory=dict)  # binding namespace/name -> Entry
     error: str | None = None                                      # the annotation was unreadable
+    generation: int = 0                                           # list writes by the operator
 
     def get(self, binding: str) -> Entry | None:
         return self.entries.get(binding)
@@ -44,7 +48,11 @@ class Ledger:
             entries.pop(binding, None)
         else:
             entries[binding] = entry
-        return Ledger(entries)
+        return Ledger(entries, generation=self.generation)
+
+    def next_generation(self) -> "Ledger":
+        """A copy for a write that changes the list."""
+        return Ledger(self.entries, generation=self.generation + 1)
 
 
 def decode(text: str | None) -> Ledger:
@@ -60,7 +68,8 @@ def decode(text: str | None) -> Ledger:
             pre = e.get("preexisting")
             entries[str(binding)] = Entry(tuple(str(x) for x in e.get("added") or ()),
                                           tuple(str(x) for x in pre) if isinstance(pre, list) else None)
-        return Ledger(entries)
+        generation = doc.get("generation", 0)
+        return Ledger(entries, generation=generation if type(generation) is int and generation >= 0 else 0)
     except (ValueError, TypeError, AttributeError, zlib.error) as exc:
         return Ledger(error=f"the ledger annotation is unreadable ({type(exc).__name__}); it is rebuilt")
 
@@ -69,7 +78,7 @@ def encode(ledger: Ledger) -> str | None:
     """The annotation value, or None when no binding has an entry (the annotation is removed)."""
     if not ledger.entries:
         return None
-    doc = {"version": VERSION, "bindings": {
+    doc = {"version": VERSION, "generation": ledger.generation, "bindings": {
         b: {"added": sorted(e.added), **({"preexisting": sorted(e.preexisting)} if e.preexisting is not None else {})}
         for b, e in sorted(ledger.entries.items())}}
     text = json.dumps(doc, separators=(",", ":"))

@@ -1,16 +1,20 @@
 """Sandbox pod observations, pure: did the policy reach new pods, and which pods are hazards?
 
 A policy change applies to *new* sandboxes only and takes a while to propagate (domain.md
-step 5), so the verdict rests on the newest pod created after the last policy write. Pods are
+step 5), so the verdict rests on the newest pod created after the last policy write, and a
+mismatch within the propagation window after that write is Unknown (PolicyPropagating), not
+False; the verdict is a function of the summary, the write time, the window and `now`. Pods are
 fed one event at a time into a `PlacementTracker` holding a few small facts per pod, so a
 cluster with 10k sandbox pods costs a few MB and a summary is one linear pass.
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any, Literal
 
 from .grace import is_safe
@@ -243,8 +247,56 @@ def _newer(a: PodFacts, b: PodFacts) -> bool:
     return (a.created_ts or 0.0, a.ref) > (b.created_ts or 0.0, b.ref)
 
 
-def placement_condition(summary: PlacementSummary, policy_applied_time: str | None) -> tuple[str, str, str]:
-    """PlacementVerified as (status, reason, message)."""
+def propagation_end(policy_applied_time: str | None, window_seconds: float) -> float | None:
+    """When the propagation window after the policy write ends (epoch seconds); None: no window."""
+    applied = parse_time(policy_applied_time)
+    if applied is None or window_seconds <= 0:
+        return None
+    return applied + window_seconds
+
+
+def propagating_until(summary: PlacementSummary, policy_applied_time: str | None, *, window_seconds: float = 0,
+                      now: str | None = None) -> float | None:
+    """The window's end while the verdict is PolicyPropagating, else None (time alone changes nothing).
+
+    A policy change takes a while to reach new sandboxes, so a mismatching pod is not a failure
+    while the window [write, write + window] lasts and the newest mismatch was created inside it.
+    Both times have one-second resolution: a pod of the window's last second, and a `now` of that
+    second, may still be inside it (the benefit of the doubt, as for a pod of the write's second).
+    Once the window is over the same pods make it PolicyNotPropagated: they were created during
+    propagation, but nothing newer has shown the policy arriving, so "wait" is no longer the
+    answer. A matching pod at least as new as the newest mismatch verifies it at any time.
+    """
+    end = propagation_end(policy_applied_time, window_seconds)
+    now_ts = parse_time(now)
+    if end is None or now_ts is None or not _mismatch_wins(summary):
+        return None
+    bad_ts = parse_time(summary.latest_mismatch_created)
+    if bad_ts is None or bad_ts > end or now_ts > end:
+        return None
+    return end
+
+
+def _mismatch_wins(summary: PlacementSummary) -> bool:
+    """A mismatch after the policy write and no matching pod at least as new (policy not shown to arrive)."""
+    if summary.last_mismatch is None or summary.pods_after_policy == 0:
+        return False
+    bad_ts = parse_time(summary.latest_mismatch_created)
+    good_ts = parse_time(summary.latest_match_created)
+    return good_ts is None or (bad_ts is not None and bad_ts > good_ts)
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(math.ceil(ts), timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def placement_condition(summary: PlacementSummary, policy_applied_time: str | None, *, window_seconds: float = 0,
+                        now: str | None = None) -> tuple[str, str, str]:
+    """PlacementVerified as (status, reason, message).
+
+    `window_seconds` is the propagation window after the policy write and `now` the current time
+    (RFC 3339); without them (or with a zero window) a mismatch is judged at once.
+    """
     if summary.pods_observed == 0:
         return (
             "Unknown",
@@ -259,11 +311,22 @@ def placement_condition(summary: PlacementSummary, policy_applied_time: str | No
             f"{summary.pods_observed} sandbox pod(s) seen, all created before the policy was written at "
             f"{policy_applied_time}; policy changes apply only to new sandboxes — create one to verify",
         )
-    bad_ts = parse_time(summary.latest_mismatch_created)
-    good_ts = parse_time(summary.latest_match_created)
-    # A matching pod at least as new as the newest mismatch shows the policy has arrived.
-    if summary.last_mismatch is not None and (good_ts is None or (bad_ts is not None and bad_ts > good_ts)):
+    end = propagating_until(summary, policy_applied_time, window_seconds=window_seconds, now=now)
+    if end is not None:
         m = summary.last_mismatch
+        assert m is not None
+        return (
+            "Unknown",
+            PlacementVerified.POLICY_PROPAGATING,
+            f"newest sandbox pod {m.pod} (created {m.time}) lacks the policy written at {policy_applied_time}: "
+            f"{m.reason}. A policy change takes a while to propagate, so pods created within "
+            f"{window_seconds:g} s of the write may still have the old values: this is re-checked when the "
+            f"window ends at {_iso(end)} (a newer matching sandbox pod verifies it sooner)",
+        )
+    # A matching pod at least as new as the newest mismatch shows the policy has arrived.
+    if _mismatch_wins(summary):
+        m = summary.last_mismatch
+        assert m is not None
         when = f" after the policy write at {policy_applied_time}" if policy_applied_time else ""
         return (
             "False",

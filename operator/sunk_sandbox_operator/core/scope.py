@@ -184,6 +184,7 @@ class ListDecision:
     diff: ScopeDiff = field(default_factory=lambda: ScopeDiff([], []))
     cluster: bool = False
     error: str | None = None
+    reverted: list[str] = field(default_factory=list)  # ours, still wanted, removed by another writer
 
 
 def decide_list(obs: ScopeObservation) -> ListDecision:
@@ -195,10 +196,14 @@ def decide_list(obs: ScopeObservation) -> ListDecision:
     current = list(obs.values or [])
     pre = sorted(set(current)) if obs.preexisting is None else list(obs.preexisting)
     p = plan(current, set(obs.sandbox), obs.always, pre, obs.added)
+    # The ledger travels with the list, so a name it says we added that is gone from the list was
+    # removed by someone else (a Helm upgrade, Argo CD self-heal, an admin).
+    reverted = sorted((set(obs.added) & (set(obs.sandbox) | set(obs.always))) - set(current))
     if not p.changed or obs.observe:
         added = list(obs.added) if obs.observe else p.added_by_us
-        return ListDecision(final=current, added=added, preexisting=pre)
-    return ListDecision(write=p.new_list, final=p.new_list, added=p.added_by_us, preexisting=pre, diff=p.diff)
+        return ListDecision(final=current, added=added, preexisting=pre, reverted=reverted)
+    return ListDecision(write=p.new_list, final=p.new_list, added=p.added_by_us, preexisting=pre, diff=p.diff,
+                        reverted=reverted)
 
 
 def names(items: list[str], limit: int = EVENT_NAMES_LIMIT) -> str:
@@ -221,14 +226,14 @@ class ScopeReport:
 
 def section(prev: dict | None, ledger: ListDecision | None, *, now: str, error: bool = False,
             scope_type: str | None = None, count: int | None = None, missing: list[str] | None = None,
-            missing_count: int | None = None, wrote: bool = False) -> dict:
+            missing_count: int | None = None, wrote: bool = False, managed_by: str | None = None) -> dict:
     """status.scope: counts and the first few names, never every name (the full record of what we
     added is the target's ledger). lastSyncTime moves when the list was written or what we report
     changed, not at every confirming resync. On error, what was last known is kept."""
     prev = prev or {}
     if error:
-        new: dict[str, Any] = {k: prev[k] for k in ("type", "namespaceCount", "missing", "missingCount", "addedCount")
-                               if k in prev}
+        new: dict[str, Any] = {k: prev[k] for k in ("type", "namespaceCount", "missing", "missingCount", "addedCount",
+                                                    "managedBy") if k in prev}
     else:
         new = {"type": scope_type} if scope_type else {}
         if count is not None:
@@ -237,6 +242,8 @@ def section(prev: dict | None, ledger: ListDecision | None, *, now: str, error: 
         new["missingCount"] = missing_count or 0
         if ledger is not None:
             new["addedCount"] = len(ledger.added)
+        if managed_by:
+            new["managedBy"] = managed_by
     new = ScopeStatus.model_validate(new).wire()  # the model is the shape of status.scope
     unchanged = {k: v for k, v in prev.items() if k != "lastSyncTime"} == new
     if not error and (wrote or not unchanged or not prev.get("lastSyncTime")):
@@ -247,18 +254,18 @@ def section(prev: dict | None, ledger: ListDecision | None, *, now: str, error: 
 
 
 def report(obs: ScopeObservation, d: ListDecision, *, prev: dict | None, now: str, wrote: bool,
-           problem: tuple[str, str] | None = None, notes: list[str] = ()) -> ScopeReport:
+           problem: tuple[str, str] | None = None, notes: list[str] = (), managed_by: str | None = None) -> ScopeReport:
     """ScopeSynced after a sync: a problem (reason, message), Pending, ClusterScope or Synced."""
     if d.error:
         return ScopeReport("False", R.INVALID_CONFIG, d.error, section(prev, d, now=now, error=True))
     if d.cluster:
         return ScopeReport("True", R.CLUSTER_SCOPE,
                            f"the scheduler watches all namespaces (scope type cluster in {obs.target}); nothing to "
-                           "write", section(prev, d, now=now, scope_type="cluster", missing=[]))
+                           "write", section(prev, d, now=now, scope_type="cluster", missing=[], managed_by=managed_by))
     final = set(d.final)
     count, missing = missing_summary(set(obs.sandbox) | set(obs.always), final, MISSING_LIMIT)
     sec = section(prev, d, now=now, scope_type=obs.scope_type or "namespace", count=len(final), missing=missing,
-                  missing_count=count, wrote=wrote)
+                  missing_count=count, wrote=wrote, managed_by=managed_by)
     extra = (" " + " ".join(notes)) if notes else ""
     if problem is not None:
         return ScopeReport("False", problem[0], problem[1] + extra, sec)
@@ -278,26 +285,40 @@ def report(obs: ScopeObservation, d: ListDecision, *, prev: dict | None, now: st
 class RollDecision:
     deployment: str | None = None    # patch this Deployment's pod-template hash
     hash: str | None = None
+    generation: int | None = None    # and the ledger generation it is rolled for
     note: str | None = None          # say this in the condition message instead
 
 
-def decide_roll(deployments: list[Mapping[str, Any]], pod_selector: Any, namespace: str, values: Iterable[str],
-                *, wrote: bool, hash_annotation: str) -> RollDecision:
-    """Set the scheduler Deployment's scope hash when it differs. After a sync that wrote nothing,
-    only a hash we set before is corrected (a scheduler we never rolled is left alone)."""
+def scheduler_deployment(deployments: list[Mapping[str, Any]], pod_selector: Any) -> Mapping[str, Any] | None:
+    """The Deployment running the scheduler: pod template labels matching podSelector (first by name)."""
     found = [dep for dep in deployments
              if selectors.matches(pod_selector, ((((dep.get("spec") or {}).get("template") or {})
                                                   .get("metadata") or {}).get("labels")))]
-    if not found:
+    return sorted(found, key=lambda x: x["metadata"]["name"])[0] if found else None
+
+
+def decide_roll(deployments: list[Mapping[str, Any]], pod_selector: Any, namespace: str, values: Iterable[str],
+                *, wrote: bool, hash_annotation: str, generation: int | None = None,
+                generation_annotation: str | None = None) -> RollDecision:
+    """Roll the scheduler when what its pod template says it runs is not what the target holds:
+    the list's hash differs, or the list was written again since the roll (ledger `generation`:
+    a list put back after a revert — a `helm upgrade` that also restarted the scheduler on the
+    chart's list — has the old names but must still be re-read). Level-triggered: compares the
+    template with the target, whoever changed either. After a sync that wrote nothing, a scheduler
+    we never rolled is left alone."""
+    dep = scheduler_deployment(deployments, pod_selector)
+    if dep is None:
         return RollDecision(note=f"No Deployment in {namespace} has pod template labels matching "
                             "spec.scheduler.podSelector, so the scheduler was not restarted; restart it by hand if "
                             "it reads its config only at start.")
-    dep = sorted(found, key=lambda x: x["metadata"]["name"])[0]
     annotations = (((dep.get("spec") or {}).get("template") or {}).get("metadata") or {}).get("annotations") or {}
     want, have = scope_hash(values), annotations.get(hash_annotation)
-    if have == want or (not wrote and have is None):
+    have_gen = annotations.get(generation_annotation) if generation_annotation else None
+    # A template from before generations were recorded (no annotation) is taken as current.
+    stale_gen = generation is not None and have_gen is not None and have_gen != str(generation)
+    if (have == want and not stale_gen) or (not wrote and have is None):
         return RollDecision()
-    return RollDecision(deployment=dep["metadata"]["name"], hash=want)
+    return RollDecision(deployment=dep["metadata"]["name"], hash=want, generation=generation)
 
 
 def restore_plan(current: list[str], always_include: Iterable[str], preexisting: Iterable[str] | None,

@@ -1,0 +1,182 @@
+"""Watches of what a binding reads besides Namespaces and sandbox Pods, mapped back to the bindings.
+
+controller-runtime's `Watches` + map function is the model. Each binding depends on:
+- the ConfigMaps in its scheduler's namespace (scheduler.conf: name, kill-wait, the scope list;
+  slurm.conf: KillWait), and on its scope target (a ConfigMap there, or an Argo CD Application);
+- its scheduler's pods (`spec.scheduler.podSelector`: health, args, a restart).
+One metadata-only LIST + WATCH per (kind, namespace[, selector]) that some binding needs, filtered
+server-side, so 10,000 ConfigMaps elsewhere in the cluster cost nothing; started and stopped as
+bindings come, go and move. An event wakes the bindings it concerns (a full reconcile, coalesced
+over `KICK_SECONDS`); the echo of the operator's own write (same object, same resourceVersion)
+wakes nobody. Secrets are never watched (get-only): CredentialsMissing retries with backoff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+from ..adapters import kube as k
+from ..adapters.informer import Informer, Resource
+from ..api.spec import BindingSpec
+from ..core import selectors
+from .state import BindingState
+
+# The controller Context (bindings, http, config, metrics, depends). Not imported: the context
+# builds a Dependencies, and importing it back would make a cycle.
+Context = Any
+
+log = logging.getLogger("sunk_sandbox_operator")
+
+# Events closer together than this make one reconcile (a Helm upgrade touches several objects).
+KICK_SECONDS = 0.2
+
+ObjKey = tuple[str, str, str]  # (kind, namespace, name)
+
+
+@dataclass(frozen=True)
+class Watched:
+    kind: str                   # ConfigMap | Pod | Application
+    namespace: str
+    selector: str | None = None  # pods: the scheduler's podSelector as a label selector string
+
+    def resource(self) -> Resource:
+        ns = self.namespace
+        path = {"ConfigMap": f"/api/v1/namespaces/{ns}/configmaps",
+                "Pod": f"/api/v1/namespaces/{ns}/pods",
+                "Application": f"/apis/{k.ARGO_GROUP}/{k.ARGO_VERSION}/namespaces/{ns}/{k.ARGO_PLURAL}"}[self.kind]
+        return Resource(path, label_selector=self.selector, metadata_only=True)
+
+
+def scheduler_namespace(state: BindingState) -> str | None:
+    if state.spec is None:
+        return None
+    return state.discovery.namespace if state.discovery else state.spec.scheduler_namespace(state.namespace)
+
+
+def application_ref(spec: BindingSpec, scheduler_ns: str) -> tuple[str, str] | None:
+    if spec.scope.target.kind != "ArgoCDApplication":
+        return None
+    app = spec.scope.target.application
+    return (app.namespace or scheduler_ns, app.name) if app and app.name else None
+
+
+def wanted(state: BindingState) -> set[Watched]:
+    """What this binding depends on, as watches (none for a deleted or unparsable binding)."""
+    ns = scheduler_namespace(state)
+    if ns is None or state.deleted:
+        return set()
+    out = {Watched("ConfigMap", ns),
+           Watched("Pod", ns, selectors.to_label_selector_string(state.spec.scheduler.pod_selector) or None)}
+    app = application_ref(state.spec, ns)
+    if app:
+        out.add(Watched("Application", app[0]))
+    return out
+
+
+def concerns(state: BindingState, watched: Watched, name: str, labels: dict | None) -> bool:
+    """Does an event on this object concern this binding?"""
+    if state.spec is None or state.deleted or scheduler_namespace(state) is None:
+        return False
+    ns = scheduler_namespace(state)
+    if watched.kind == "ConfigMap":
+        return watched.namespace == ns
+    if watched.kind == "Pod":
+        return watched.namespace == ns and selectors.matches(state.spec.scheduler.pod_selector, labels or {})
+    return application_ref(state.spec, ns) == (watched.namespace, name)
+
+
+class Dependencies:
+    """The running dependency watches; `refresh` after bindings change keeps exactly the needed ones."""
+
+    def __init__(self, ctx: Context, start: Callable[[Informer], asyncio.Task] | None = None) -> None:
+        self.ctx = ctx
+        self._start = start
+        self._running: dict[Watched, tuple[Informer, asyncio.Task, dict[str, str]]] = {}
+        # The resourceVersion of the last write the operator made to each object: its echo wakes nobody.
+        self.own_writes: dict[ObjKey, str] = {}
+
+    @property
+    def watches(self) -> list[Watched]:
+        return sorted(self._running, key=lambda w: (w.kind, w.namespace, w.selector or ""))
+
+    def wrote(self, kind: str, namespace: str, name: str, resource_version: str | None) -> None:
+        if resource_version:
+            self.own_writes[(kind, namespace, name)] = resource_version
+
+    def refresh(self) -> None:
+        want: set[Watched] = set()
+        for state in self.ctx.bindings:
+            want |= wanted(state)
+        for w in list(self._running):
+            if w not in want:
+                self._running.pop(w)[1].cancel()
+        if self.ctx.http is None:
+            return  # unit tests: no API connection; `event` is called directly
+        for w in want - self._running.keys():
+            seen: dict[str, str] = {}
+            informer = Informer(self.ctx.http, w.resource(), lambda kind, body, w=w: self.event(w, kind, body),
+                                seen.keys, page_size=self.ctx.config.list_page_size,
+                                name=f"{w.kind} watch in {w.namespace}")
+            informer.seen = seen  # type: ignore[attr-defined]
+            start = self._start or (lambda i: asyncio.create_task(self._run(w, i), name=i.name))
+            self._running[w] = (informer, start(informer), seen)
+
+    async def _run(self, watched: Watched, informer: Informer) -> None:
+        """Run the informer; once its first LIST is in, wake the bindings that need it: a change made
+        between their last read and the start of this watch is in that LIST, not in any event."""
+        listed = asyncio.ensure_future(informer.ready.wait())
+        run = asyncio.ensure_future(informer.run())
+        try:
+            await asyncio.wait([listed, run], return_when=asyncio.FIRST_COMPLETED)
+            if listed.done():
+                for state in self.ctx.bindings:
+                    if watched in wanted(state):
+                        kick(self.ctx, state, (watched.kind, watched.namespace, ""), "listed")
+            await run
+        finally:
+            listed.cancel()
+            run.cancel()
+
+    def event(self, watched: Watched, kind: str, body: dict) -> None:
+        meta = body.get("metadata") or {}
+        name, rv = meta.get("name") or "", meta.get("resourceVersion") or ""
+        running = self._running.get(watched)
+        if running is not None:
+            informer, _, seen = running
+            if kind == "DELETED":
+                seen.pop(f"{watched.namespace}/{name}", None)
+            else:
+                seen[f"{watched.namespace}/{name}"] = rv
+            if not informer.ready.is_set():
+                return  # the initial LIST: what is already there was read by the reconcile itself
+        for state in self.ctx.bindings:
+            if concerns(state, watched, name, meta.get("labels")):
+                kick(self.ctx, state, (watched.kind, watched.namespace, name), rv)
+
+    def stop(self) -> Iterable[asyncio.Task]:
+        tasks = [t for _, t, _ in self._running.values()]
+        for t in tasks:
+            t.cancel()
+        self._running.clear()
+        return tasks
+
+
+def kick(ctx: Context, state: BindingState, obj: ObjKey, resource_version: str) -> None:
+    """Wake the binding's reconcile soon; events within KICK_SECONDS make one reconcile. Checked when
+    the timer fires, so the answer to our own write has arrived before its echo is judged."""
+    state.kicks[obj] = resource_version
+    if state.kick_handle is not None:
+        return
+
+    def fire() -> None:
+        state.kick_handle = None
+        pending, state.kicks = state.kicks, {}
+        foreign = [o for o, rv in pending.items() if ctx.depends.own_writes.get(o) != rv]
+        if foreign and ctx.bindings.is_current(state):
+            ctx.metrics.dependency_wakes.inc()
+            state.wake.set()
+
+    state.kick_handle = asyncio.get_running_loop().call_later(KICK_SECONDS, fire)
