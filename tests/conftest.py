@@ -162,10 +162,13 @@ def operator_kubeconfig(installed, tmp_path_factory) -> Path:
         OPERATOR_NS, OPERATOR_SA, tmp_path_factory.mktemp("operator") / "operator.kubeconfig")
 
 
-# A short propagation window, so the placement tests see it open and close in seconds.
+# A short propagation window, so the placement tests see it open and close in seconds. The runner
+# API is the emulator on a loopback port: plain http to it must be allowed explicitly (the default
+# allows only https://api.coreweave.com).
+LOOPBACK_API = {"SSB_ALLOWED_API_URLS": "http://127.0.0.1:*"}
 TEST_ENV = {"SSB_STATUS_MIN_INTERVAL_SECONDS": "1", "SSB_HAZARD_EVENT_INTERVAL_SECONDS": "1",
             "SSB_RESTORE_RETRIES": "3", "SSB_RESTORE_RETRY_DELAY_SECONDS": "1",
-            "SSB_POLICY_PROPAGATION_SECONDS": "6"}
+            "SSB_POLICY_PROPAGATION_SECONDS": "6", **LOOPBACK_API}
 PROPAGATION_SECONDS = 6.0
 
 

@@ -122,7 +122,10 @@ def run(workdir: Path, keep: bool = False) -> int:
             _section("3. operator (as ServiceAccount sunk-sandbox-operator, shipped RBAC)")
             kubeconfig = cluster.service_account_kubeconfig("sunk-sandbox-operator-system", "sunk-sandbox-operator",
                                                             workdir / "operator.kubeconfig")
-            operator = devcluster.OperatorProcess(kubeconfig, workdir / "operator.log")
+            # The emulator stands in for api.coreweave.com on a loopback port: the operator allows plain
+            # http only to a loopback URL it is told to allow (the default is https://api.coreweave.com).
+            operator = devcluster.OperatorProcess(kubeconfig, workdir / "operator.log",
+                                                  env={"SSB_ALLOWED_API_URLS": "http://127.0.0.1:*"})
             print(f"operator running (pid {operator.proc.pid}), log: {operator.log_path}")
 
             _section("policy BEFORE (runner " + RUNNER + ")")
@@ -133,8 +136,6 @@ def run(workdir: Path, keep: bool = False) -> int:
             _section("4. kubectl apply -f manifests/examples/binding.yaml")
             binding = yaml.safe_load((repo / "manifests" / "examples" / "binding.yaml").read_text())
             binding["spec"]["runner"]["apiURL"] = emu.url  # the emulator stands in for api.coreweave.com
-            cluster.kubectl_run("create", "clusterrole", "sunk-scheduler-sandbox", "--verb=get,list,watch",
-                                "--resource=pods")
             _apply(cluster, binding)
             started = time.monotonic()
             _wait(lambda: _condition(_binding(cluster), "PolicySynced").get("status") == "True", 60,

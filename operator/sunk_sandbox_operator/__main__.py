@@ -34,7 +34,23 @@ def _run(argv: list[str]) -> int:
     parser.add_argument("--policy-propagation", type=float, default=None,
                         help="seconds after a policy write during which a new sandbox pod lacking the policy is "
                         "PlacementVerified=Unknown PolicyPropagating, not False (default 60)")
+    parser.add_argument("--allowed-api-url", action="append", default=None, metavar="URL",
+                        help="a runner API base URL bindings may use (repeatable; default https://api.coreweave.com; "
+                        "plain http only for a loopback URL, e.g. http://127.0.0.1:* for a local emulator)")
+    parser.add_argument("--allow-reach", action="append", default=None, metavar="NS=TARGETS",
+                        help="bindings in NS (a glob) may name schedulers, scope targets and system namespaces in "
+                        "TARGETS (comma-separated globs), e.g. tenant-slurm=argocd (repeatable)")
     args = parser.parse_args(argv)
+    if args.allowed_api_url:
+        os.environ["SSB_ALLOWED_API_URLS"] = ",".join(args.allowed_api_url)
+    if args.allow_reach:
+        os.environ["SSB_ALLOWED_REACH"] = ";".join(args.allow_reach)
+    from .core.tenancy import check_allowed_urls
+
+    bad = check_allowed_urls(u.strip().removesuffix(":*") for u in os.environ.get("SSB_ALLOWED_API_URLS", "").split(",")
+                             if u.strip())
+    if bad:
+        parser.error("--allowed-api-url / SSB_ALLOWED_API_URLS: " + "; ".join(bad))
     os.environ["SSB_METRICS_PORT"] = str(args.metrics_port)
     if args.scope_window is not None:
         os.environ["SSB_SCOPE_WINDOW_SECONDS"] = str(args.scope_window)

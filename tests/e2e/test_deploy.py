@@ -40,8 +40,6 @@ def test_example_binding_becomes_ready_under_shipped_rbac(installed, operator, e
         emulator.state.add_runner("runner-7f3a", {"constraints": {"network": {"egress": {"allow": ["pypi.org"]}}}})
     installed.apply(_example_secret())
     make_scheduler(installed, NS)
-    installed.kubectl("create", "clusterrole", "sunk-scheduler-sandbox", "--verb=get,list,watch",
-                      "--resource=pods", check=False)
     installed.apply(_example_binding(emulator))
     out = installed.kubectl("wait", "--for=condition=Ready", "ssb/cpu-sandboxes", "-n", NS, "--timeout=60s",
                             check=False)

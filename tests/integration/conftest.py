@@ -7,6 +7,7 @@ import uuid
 from typing import Iterator
 
 import pytest
+from kubernetes.client.rest import ApiException
 
 from tests.conftest import SECRET_VALUES, Kube
 
@@ -63,8 +64,20 @@ def create_token_secret(kube: Kube, ns: str, token: str = ADMIN_TOKEN, name: str
 
 
 def make_scheduler(kube: Kube, ns: str, *, name: str = "slurm-scheduler", style: int = 8, kill_wait: str | None = "60s",
-                   ready: bool = True, scope_namespaces=None, extra_conf: str = "") -> None:
-    """Simulated SUNK scheduler objects: SUNK 8 (ConfigMap + pod) or SUNK 7 (Deployment + pod with args)."""
+                   ready: bool = True, scope_namespaces=None, extra_conf: str = "", permitted: bool = True) -> None:
+    """Simulated SUNK scheduler objects: SUNK 8 (ConfigMap + pod) or SUNK 7 (Deployment + pod with args).
+    `permitted`: its ServiceAccount may watch and bind pods everywhere (a ClusterRoleBinding to the
+    shipped sunk-scheduler-sandbox, as some installs grant it), so the operator's check passes."""
+    if permitted:
+        try:
+            kube.rbac.create_cluster_role_binding({
+                "metadata": {"name": f"sunk-scheduler-{ns}"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                            "name": "sunk-scheduler-sandbox"},
+                "subjects": [{"kind": "ServiceAccount", "name": "slurm-scheduler", "namespace": ns}]})
+        except ApiException as exc:
+            if exc.status != 409:  # a second scheduler in the same namespace
+                raise
     labels = {"app.kubernetes.io/name": "sunk-scheduler"}
     args = [f"--slurm-kill-wait={kill_wait}"] if kill_wait else []
     if style == 7:

@@ -54,6 +54,9 @@ BAD = [
     ("target-kind-enum", with_("scope.target.kind", "Helm"), ["spec.scope.target.kind", "SchedulerConfigMap"]),
     ("argocd-without-name", with_("scope.target", {"kind": "ArgoCDApplication"}),
      ["spec.scope.target", "application.name is required when kind is ArgoCDApplication"]),
+    ("argocd-two-source-selectors", with_("scope.target", {"kind": "ArgoCDApplication", "application": {
+        "name": "slurm", "sourceChart": "slurm", "sourceIndex": 1}}),
+     ["spec.scope.target.application", "set sourceChart or sourceIndex, not both"]),
     ("pinned-and-client", {**with_("partition", "sandboxes"), "clientAnnotations": ["sunk.coreweave.com/partition"]},
      ["spec.partition pins sunk.coreweave.com/partition", "remove one of the two"]),
     ("user-id-pinned-and-client", {**with_("slurm.userId", "1000"), "clientAnnotations": ["sunk.coreweave.com/user-id"]},

@@ -353,6 +353,101 @@ def test_argocd_application_target(argocd_crd, operator, emulator, slurm_ns):
     assert "namespaces" not in conf(kube, slurm_ns)["scheduler"]["scope"]
 
 
+def _application(kube, ns: str, spec: dict) -> None:
+    app = {"apiVersion": "argoproj.io/v1alpha1", "kind": "Application", "metadata": {"name": "slurm", "namespace": ns},
+           "spec": {"project": "default", "destination": {"server": "https://kubernetes.default.svc",
+                                                          "namespace": "tenant-slurm"}, **spec}}
+    kube.custom.create_namespaced_custom_object("argoproj.io", "v1alpha1", ns, "applications", app)
+
+
+def _get_application(kube, ns: str) -> dict:
+    return kube.custom.get_namespaced_custom_object("argoproj.io", "v1alpha1", ns, "applications", "slurm")
+
+
+def _argocd_binding(kube, emulator, ns: str, p: str, **application) -> None:
+    scope_binding(kube, emulator, ns, [f"{p}-*"], scope={"target": {"kind": "ArgoCDApplication", "application": {
+        "name": "slurm", "namespace": ns, **application}}})
+
+
+ADMIN_VALUES = """# values kept by the admin in the Application
+slurmConfig:
+  KillWait: 60   # seconds
+scheduler:
+  enabled: true
+  scope:
+    type: namespace
+    namespaces:
+      - admin-x
+"""
+
+
+def test_argocd_list_in_the_values_string_is_edited_in_place(argocd_crd, operator, emulator, slurm_ns):
+    """No valuesObject is created: Argo CD would render it alone and drop every other value of `values`."""
+    kube, p = argocd_crd, prefix()
+    make_scheduler(kube, slurm_ns)
+    _application(kube, slurm_ns, {"source": {"repoURL": "https://charts.example.com", "chart": "slurm",
+                                             "targetRevision": "1.0.0", "helm": {"values": ADMIN_VALUES}}})
+    kube.create_namespace(f"{p}-a")
+    _argocd_binding(kube, emulator, slurm_ns, p)
+
+    def helm():
+        return _get_application(kube, slurm_ns)["spec"]["source"]["helm"]
+
+    def scope_list():
+        return yaml.safe_load(helm()["values"])["scheduler"]["scope"]["namespaces"]
+
+    wait_for(lambda: f"{p}-a" in scope_list(), 15, lambda: helm()["values"])
+    cond = kube.wait_condition(slurm_ns, "b", "ScopeSynced", "True", "Synced")
+    assert "spec.source.helm.values" in cond["message"]
+    text = helm()["values"]
+    assert "valuesObject" not in helm()
+    assert text == ADMIN_VALUES.replace("      - admin-x\n", f"      - admin-x\n      - {p}-a\n")  # comments, order kept
+
+
+def test_argocd_list_in_value_files_is_reported_and_nothing_written(argocd_crd, operator, emulator, slurm_ns):
+    kube, p = argocd_crd, prefix()
+    make_scheduler(kube, slurm_ns)
+    _application(kube, slurm_ns, {"source": {"repoURL": "https://git.example.com/slurm", "path": "charts/slurm",
+                                             "helm": {"valueFiles": ["values-prod.yaml"],
+                                                      "valuesObject": {"slurmConfig": {"KillWait": 60}}}}})
+    before = _get_application(kube, slurm_ns)["metadata"]["resourceVersion"]
+    kube.create_namespace(f"{p}-a")
+    _argocd_binding(kube, emulator, slurm_ns, p)
+    cond = kube.wait_condition(slurm_ns, "b", "ScopeSynced", "False", "ListNotEditable")
+    assert "values-prod.yaml" in cond["message"] and "spec.source.helm.valuesObject" in cond["message"]
+    # The read refused before any write (the ledger travels with the list): the object is as created.
+    assert _get_application(kube, slurm_ns)["metadata"]["resourceVersion"] == before
+
+
+def test_argocd_multi_source_selected_by_chart_changes_only_that_source(argocd_crd, operator, emulator, slurm_ns):
+    kube, p = argocd_crd, prefix()
+    make_scheduler(kube, slurm_ns)
+    sources = [
+        {"repoURL": "https://charts.example.com", "chart": "monitoring", "targetRevision": "2.0.0",
+         "helm": {"valuesObject": {"scheduler": {"scope": {"namespaces": ["mon"]}}}}},
+        {"repoURL": "https://charts.example.com", "chart": "slurm", "targetRevision": "1.0.0",
+         "helm": {"releaseName": "slurm", "valueFiles": ["$values/slurm.yaml"],
+                  "valuesObject": {"scheduler": {"scope": {"type": "namespace", "namespaces": ["admin-x"]}}}}},
+        {"repoURL": "https://git.example.com/values", "targetRevision": "main", "ref": "values"},
+    ]
+    _application(kube, slurm_ns, {"sources": sources})
+    kube.create_namespace(f"{p}-a")
+    _argocd_binding(kube, emulator, slurm_ns, p, sourceChart="slurm")
+
+    def live():
+        return _get_application(kube, slurm_ns)["spec"]["sources"]
+
+    wait_for(lambda: f"{p}-a" in live()[1]["helm"]["valuesObject"]["scheduler"]["scope"]["namespaces"], 15,
+             lambda: str(live()))
+    cond = kube.wait_condition(slurm_ns, "b", "ScopeSynced", "True", "Synced")
+    assert "spec.sources[1].helm.valuesObject" in cond["message"]
+    after = live()
+    assert after[0] == sources[0] and after[2] == sources[2]
+    expected = {**sources[1]["helm"], "valuesObject": {"scheduler": {"scope": {
+        "type": "namespace", "namespaces": sorted(["admin-x", f"{p}-a"])}}}}
+    assert after[1] == {**sources[1], "helm": expected}
+
+
 @pytest.fixture(scope="session")
 def grant_role(installed) -> str:
     try:

@@ -157,8 +157,8 @@ def merge_patch(target: Any, patch: Any) -> Any:
 # ---------------------------------------------------------------- Kubernetes
 
 
-KINDS = ("namespaces", "pods", "configmaps", "secrets", "deployments", "applications", "rolebindings", "bindings",
-         "events", "leases")
+KINDS = ("namespaces", "pods", "configmaps", "secrets", "deployments", "statefulsets", "applications", "rolebindings", "bindings",
+         "events", "leases", "helmreleases")
 
 
 class FakeKube:
@@ -168,6 +168,7 @@ class FakeKube:
         self.store: dict[str, dict[tuple[str, str], dict]] = {kind: {} for kind in KINDS}
         self.calls: list[tuple] = []                   # (method, *args) of every call, in order
         self._denied: set[tuple[str, str | None]] = set()
+        self.access: Callable[[str, str, str, str], bool] = lambda sa, verb, resource, ns: True
         self._before: dict[str, list[Callable[[], None]]] = {}
         self._rv = 100
         self._uid = 0
@@ -278,6 +279,14 @@ class FakeKube:
         self._enter("list_deployments", namespace, namespace=namespace)
         return self._items("deployments", namespace)
 
+    async def list_statefulsets(self, namespace: str) -> list[dict]:
+        self._enter("list_statefulsets", namespace, namespace=namespace)
+        return self._items("statefulsets", namespace)
+
+    async def merge_patch_statefulset(self, namespace: str, name: str, patch: dict) -> dict:
+        self._enter("merge_patch_statefulset", namespace, name, copy.deepcopy(patch), namespace=namespace)
+        return self._patched("statefulsets", namespace, name, patch)
+
     async def list_bindings(self) -> list[dict]:
         self._enter("list_bindings")
         return self._items("bindings")
@@ -285,6 +294,10 @@ class FakeKube:
     async def get_application(self, namespace: str, name: str) -> dict:
         self._enter("get_application", namespace, name, namespace=namespace)
         return copy.deepcopy(self._find("applications", namespace, name))
+
+    async def get_helmrelease(self, namespace: str, name: str) -> dict:
+        self._enter("get_helmrelease", namespace, name, namespace=namespace)
+        return copy.deepcopy(self._find("helmreleases", namespace, name))
 
     async def list_rolebindings(self, label_selector: str) -> list[dict]:
         self._enter("list_rolebindings", label_selector)
@@ -357,6 +370,13 @@ class FakeKube:
         obj = copy.deepcopy(body)
         obj["metadata"] = {**obj.get("metadata", {}), "name": f"event-{self._next_rv()}", "namespace": namespace}
         return self.add("events", obj)
+
+    async def service_account_may(self, sa_namespace: str, sa_name: str, verb: str, resource: str,
+                                  namespace: str, subresource: str = "") -> bool:
+        """A SubjectAccessReview; `self.access(sa, verb, resource/subresource, namespace)` answers
+        (default: allowed everywhere, as with a cluster-wide grant)."""
+        self._enter("service_account_may", namespace, verb, resource, subresource)
+        return self.access(f"{sa_namespace}/{sa_name}", verb, f"{resource}/{subresource}".rstrip("/"), namespace)
 
     async def create_rolebinding(self, namespace: str, body: dict) -> dict:
         self._enter("create_rolebinding", namespace, body["metadata"]["name"], namespace=namespace)

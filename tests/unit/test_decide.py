@@ -204,17 +204,17 @@ def test_decide_roll() -> None:
     values = ["a", "b"]
     want = sc.scope_hash(values)
     none = sc.decide_roll([dep("x", {"app": "other"})], SELECTOR, "slurm", values, wrote=True, hash_annotation=HASH)
-    assert none.deployment is None and "No Deployment in slurm" in none.note
+    assert none.workload is None and "No Deployment or StatefulSet in slurm" in none.note
     roll = sc.decide_roll([dep("z", {"app": "sched"}), dep("y", {"app": "sched"})], SELECTOR, "slurm", values,
                           wrote=True, hash_annotation=HASH)
-    assert (roll.deployment, roll.hash, roll.note) == ("y", want, None)    # the first by name
+    assert (roll.workload, roll.hash, roll.note) == ("y", want, None)    # the first by name
     assert sc.decide_roll([dep("y", {"app": "sched"}, want)], SELECTOR, "slurm", values, wrote=True,
                           hash_annotation=HASH) == sc.RollDecision()        # already rolled onto this list
     assert sc.decide_roll([dep("y", {"app": "sched"})], SELECTOR, "slurm", values, wrote=False,
                           hash_annotation=HASH) == sc.RollDecision()        # never rolled, nothing written: alone
     stale = sc.decide_roll([dep("y", {"app": "sched"}, "old")], SELECTOR, "slurm", values, wrote=False,
                            hash_annotation=HASH)
-    assert (stale.deployment, stale.hash) == ("y", want)                    # our hash, reverted: corrected
+    assert (stale.workload, stale.hash) == ("y", want)                    # our hash, reverted: corrected
 
 
 def test_restore_plan() -> None:

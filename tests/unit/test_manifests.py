@@ -48,13 +48,16 @@ EXPECTED_CLUSTER_RULES = _rules(
     ("apiextensions.k8s.io", "customresourcedefinitions", "get list watch", ()),
     ("", "namespaces", "list watch", ()),
     ("", "pods", "list watch", ()),
-    ("", "configmaps", "get list watch update", ()),
+    ("", "configmaps", "get list watch update create", ()),  # create: a FluxHelmRelease target's values ConfigMap
     ("apps", "deployments", "list patch", ()),
+    ("apps", "statefulsets", "list patch", ()),  # the scheduler may run as a StatefulSet
+    ("authorization.k8s.io", "subjectaccessreviews", "create", ()),  # may the scheduler watch/bind pods there?
     ("rbac.authorization.k8s.io", "rolebindings", "list create delete", ()),
     ("rbac.authorization.k8s.io", "clusterroles", "bind", ("sunk-scheduler-sandbox",)),
     ("", "events", "create patch", ()),
     ("events.k8s.io", "events", "create patch", ()),
     ("argoproj.io", "applications", "get list watch patch", ()),
+    ("helm.toolkit.fluxcd.io", "helmreleases", "get list watch", ()),
 )
 EXPECTED_SECRET_RULES = _rules(("", "secrets", "get", ()))
 # Granted per namespace by RoleBindings only (manifests/rbac-secrets.yaml).
@@ -397,3 +400,14 @@ def test_every_manifest_file_is_used():
         if is_kustomization(path) or path in STANDALONE:
             continue
         assert path.resolve() in used, f"{path.relative_to(ROOT)} is in no kustomization"
+
+
+def test_the_scheduler_clusterrole_has_what_a_secondary_scheduler_needs_in_a_namespace(objects):
+    # kube-scheduler's own role is the reference; the operator binds this one per listed namespace
+    # (the only ClusterRole its `bind` rule names), so it must not hold more.
+    role = find(objects, "ClusterRole", "sunk-scheduler-sandbox", None)
+    assert flatten(role["rules"]) == (
+        {("", "pods", verb, None) for verb in ("get", "list", "watch")}
+        | {("", "pods/binding", "create", None)}
+        | {("", "pods/status", verb, None) for verb in ("patch", "update")}
+        | {(group, "events", verb, None) for group in ("", "events.k8s.io") for verb in ("create", "patch", "update")})

@@ -145,7 +145,7 @@ def test_decide_roll_compares_the_generation_too() -> None:
 
     assert decide(dep(want, "3"), 3) == sc.RollDecision()              # runs what the target holds
     again = decide(dep(want, "3"), 4)                                   # the same names, written again since
-    assert (again.deployment, again.hash, again.generation) == ("d", want, 4)
+    assert (again.workload, again.hash, again.generation) == ("d", want, 4)
     assert decide(dep(want), 4) == sc.RollDecision()                    # rolled before generations existed
     assert decide(dep(None), 4) == sc.RollDecision()                    # never rolled, nothing written
     assert decide(dep(None), 4, wrote=True).generation == 4

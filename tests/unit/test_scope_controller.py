@@ -263,7 +263,7 @@ async def test_no_scheduler_deployment_is_a_note_not_a_failure(harness) -> None:
     state = world(h, deployment=False)
     part = await scope.sync(h.ctx, state)
     assert part.status == "True" and part.reason == "Synced"
-    assert "No Deployment in slurm has pod template labels matching" in part.message
+    assert "No Deployment or StatefulSet in slurm has pod template labels matching" in part.message
     assert listed(h) == ["ds-known", "slurm"]
 
 
@@ -542,10 +542,71 @@ async def test_two_bindings_on_one_target_keep_their_own_ledger_entries(harness)
     await scope.sync(h.ctx, c)
     assert listed(h) == ["ds-known", "slurm", "team-a"]
     assert ledger_of(h, "slurm/b").added == ("ds-known",) and ledger_of(h, "slurm/c").added == ("team-a",)
-    assert ledger_of(h, "slurm/c").preexisting == ("ds-known", "slurm")  # what was there before c's first write
+    # What was there before c's first write, minus what another binding added (not an admin's entry).
+    assert ledger_of(h, "slurm/c").preexisting == ("slurm",)
     await scope.restore(h.ctx, b, reconcile.discover)
     assert listed(h) == ["slurm", "team-a"]                            # b's entry left, c's stayed
     assert ledger_of(h, "slurm/b") is None and ledger_of(h, "slurm/c").added == ("team-a",)
+
+
+async def test_an_entry_two_bindings_want_leaves_only_with_the_last_of_them(harness) -> None:
+    h = harness()
+    b = world(h, namespaces=("slurm", "ds-a", "ds-team-x"))                 # b: ds-*
+    c = h.binding(binding_body("c", uid="u2", runner={"id": "r2", "tokenSecretRef": {"name": "s"}},
+                               sandboxNamespaces={"names": ["ds-team-*"]}))  # c: a subset of b's
+    await scope.sync(h.ctx, b)
+    await scope.sync(h.ctx, c)
+    assert listed(h) == ["ds-a", "ds-team-x", "slurm"]
+    assert ledger_of(h, "slurm/c").added == ("ds-team-x",)                  # c claims what b added and c wants
+    await scope.restore(h.ctx, b, reconcile.discover)
+    assert listed(h) == ["ds-team-x", "slurm"]                              # c still wants it: it stays
+    h.ctx.bindings.forget(b.key)
+    await scope.restore(h.ctx, c, reconcile.discover)
+    assert listed(h) == ["slurm"]                                           # the last one wanting it removes it
+
+
+async def test_a_name_one_binding_stops_wanting_stays_while_another_claims_it(harness) -> None:
+    h = harness()
+    b = world(h, namespaces=("slurm", "ds-team-x"))
+    c = h.binding(binding_body("c", uid="u2", runner={"id": "r2", "tokenSecretRef": {"name": "s"}},
+                               sandboxNamespaces={"names": ["ds-team-*"]}))
+    await scope.sync(h.ctx, b)
+    await scope.sync(h.ctx, c)
+    b.update_body(binding_body(sandboxNamespaces={"names": ["other-*"]}))  # b no longer wants ds-team-x
+    await scope.sync(h.ctx, b)
+    assert listed(h) == ["ds-team-x", "slurm"] and ledger_of(h, "slurm/b").added == ()  # b dropped its claim
+    c.update_body(binding_body("c", uid="u2", runner={"id": "r2", "tokenSecretRef": {"name": "s"}},
+                               sandboxNamespaces={"names": ["none-*"]}))
+    await scope.sync(h.ctx, c)
+    assert listed(h) == ["slurm"]                                           # nobody wants it now: gone
+
+
+async def test_a_dead_bindings_ledger_entry_protects_nothing(harness) -> None:
+    h = harness()
+    b = world(h, namespaces=("slurm", "ds-x"))
+    await scope.sync(h.ctx, b)
+    # An entry of a binding the API no longer has (deleted with Orphan while we were away).
+    def ghost(obj):
+        led = lg.decode(obj["metadata"]["annotations"][SCOPE_LEDGER_ANNOTATION])
+        obj["metadata"]["annotations"][SCOPE_LEDGER_ANNOTATION] = lg.encode(
+            led.with_entry("gone/ghost", lg.Entry(("ds-x",), ())))
+    h.kube.edit("configmaps", "slurm", "cm", ghost)
+    h.ctx.listed_bindings = frozenset({"slurm/b"})
+    await scope.restore(h.ctx, b, reconcile.discover)
+    assert listed(h) == ["slurm"]
+
+
+async def test_a_blank_list_keeps_the_scheduler_s_own_namespace(harness) -> None:
+    for conf in ("scheduler:\n  scope:\n    type: namespace\n",
+                 "scheduler:\n  scope:\n    type: namespace\n    namespaces: []\n"):
+        h = harness()
+        state = world(h, conf, namespaces=("slurm", "ds-known"))
+        part = await scope.sync(h.ctx, state)
+        # Blank means "the scheduler's own namespace" (slurm): writing only ds-known would drop it.
+        assert listed(h) == ["ds-known", "slurm"] and part.reason == "Synced"
+        assert ledger_of(h).preexisting == ("slurm",)
+        await scope.restore(h.ctx, state, reconcile.discover)
+        assert listed(h) == ["slurm"]
 
 
 async def test_a_ledger_kept_in_status_by_an_older_version_is_honoured_and_moved_to_the_target(harness) -> None:

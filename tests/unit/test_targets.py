@@ -214,8 +214,8 @@ async def test_application_without_helm_values_reads_an_empty_list() -> None:
     (lambda kube: None, "TargetNotFound", "Argo CD Application argocd/slurm not found"),
     (lambda kube: (application(kube), kube.deny("get_application")), "Forbidden", "may not read Application"),
     (lambda kube: application(kube, {"sources": [{"repoURL": "a"}, {"repoURL": "b"}]}), "InvalidConfig",
-     "multi-source"),
-    (lambda kube: application(kube, {"project": "default"}), "InvalidConfig", "has no spec.source"),
+     "set spec.scope.target.application.sourceChart"),
+    (lambda kube: application(kube, {"project": "default"}), "InvalidConfig", "has neither spec.source nor spec.sources"),
 ])
 async def test_application_read_problems(setup, reason, fragment) -> None:
     kube = FakeKube()
@@ -241,6 +241,100 @@ async def test_application_write_problems(setup, reason) -> None:
     assert info.value.reason == reason
 
 
+VALUES = """# the admin's values
+slurmConfig:
+  KillWait: 60
+scheduler:
+  scope:
+    namespaces:
+      - slurm   # the Slurm namespace
+"""
+
+
+async def test_application_list_in_the_values_string_is_edited_in_place() -> None:
+    kube, memo = FakeKube(), {}
+    application(kube, {"source": {"repoURL": "r", "chart": "slurm", "helm": {"values": VALUES}}})
+    t = targets.ApplicationTarget(kube, "argocd", "slurm", PATH, memo)
+    read = await t.read()
+    assert read.list == ListRead(["slurm"], "list") and t.describe() == f"Application argocd/slurm at {PATH} in " \
+        "spec.source.helm.values"
+    await t.write(read, ["ds-a", "slurm"], OURS)
+    patch = [c for c in kube.calls if c[0] == "merge_patch_application"][-1][3]
+    assert patch["spec"] == {"source": {"helm": {"values": VALUES.replace("- slurm", "- ds-a\n      - slurm")}}}
+    helm = kube.get("applications", "argocd", "slurm")["spec"]["source"]["helm"]
+    assert "valuesObject" not in helm and "# the admin's values" in helm["values"] and "KillWait: 60" in helm["values"]
+    primed = memo["parsed"]                                   # our write primed the parse of the next read
+    assert (await t.read()).list.values == ["ds-a", "slurm"] and memo["parsed"] is primed
+
+
+async def test_application_values_string_without_the_path_gets_it_there_not_in_a_values_object() -> None:
+    kube = FakeKube()
+    t = application(kube, {"source": {"helm": {"values": "slurmConfig:\n  KillWait: 60\n"}}})
+    await t.write(await t.read(), ["ds-a"], OURS)
+    helm = kube.get("applications", "argocd", "slurm")["spec"]["source"]["helm"]
+    assert list(helm) == ["values"] and helm["values"].startswith("slurmConfig:\n  KillWait: 60\n")
+    assert (await t.read()).list.values == ["ds-a"]
+
+
+async def test_application_list_possibly_in_value_files_is_reported_and_never_written() -> None:
+    kube = FakeKube()
+    t = application(kube, {"source": {"helm": {"valueFiles": ["values-prod.yaml"], "valuesObject": {"x": 1}}}})
+    with pytest.raises(targets.TargetProblem) as info:
+        await t.read()
+    assert info.value.reason == "ListNotEditable" and "values-prod.yaml" in info.value.message
+    assert info.value.message.startswith("Application argocd/slurm: ") and kube.count("merge_patch_application") == 0
+
+
+async def test_application_malformed_values_string_reads_as_an_error_and_is_never_written_over() -> None:
+    kube = FakeKube()
+    t = application(kube, {"source": {"helm": {"values": "scheduler: [\n"}}})
+    read = await t.read()
+    assert "malformed YAML" in read.list.error
+    with pytest.raises(targets.TargetProblem) as info:
+        await t.write(read, ["ds-a"], OURS)
+    assert info.value.reason == "InvalidConfig" and kube.count("merge_patch_application") == 0
+
+
+def multi_source(kube: FakeKube, **selector) -> targets.ApplicationTarget:
+    kube.add("applications", {"metadata": {"namespace": "argocd", "name": "slurm"}, "spec": {"sources": [
+        {"repoURL": "c", "chart": "monitoring", "helm": {"valuesObject": {"scheduler": {"scope": {"namespaces": ["m"]}}}}},
+        {"repoURL": "c", "chart": "slurm", "helm": {"valuesObject": {"scheduler": {"scope": {"namespaces": ["slurm"]}},
+                                                                     "keep": True}}},
+        {"repoURL": "g", "ref": "values"}]}})
+    return targets.ApplicationTarget(kube, "argocd", "slurm", PATH, None, **selector)
+
+
+async def test_multi_source_application_by_chart_changes_only_that_source() -> None:
+    kube = FakeKube()
+    t = multi_source(kube, source_chart="slurm")
+    before = kube.get("applications", "argocd", "slurm")["spec"]["sources"]
+    read = await t.read()
+    assert read.list.values == ["slurm"] and t.describe().endswith(f"spec.sources[1].helm.valuesObject.{PATH}")
+    await t.write(read, ["ds-a", "slurm"], OURS)
+    patch = [c for c in kube.calls if c[0] == "merge_patch_application"][-1][3]
+    assert patch["metadata"]["resourceVersion"] == read.obj["metadata"]["resourceVersion"]
+    after = kube.get("applications", "argocd", "slurm")["spec"]["sources"]
+    assert after[0] == before[0] and after[2] == before[2]
+    assert after[1]["helm"]["valuesObject"] == {"scheduler": {"scope": {"namespaces": ["ds-a", "slurm"]}}, "keep": True}
+    assert (await targets.ApplicationTarget(kube, "argocd", "slurm", PATH, None, None, 0).read()).list.values == ["m"]
+
+
+async def test_multi_source_write_after_another_source_changed_is_a_conflict() -> None:
+    kube = FakeKube()
+    t = multi_source(kube, source_chart="slurm")
+    read = await t.read()
+    kube.edit("applications", "argocd", "slurm", lambda app: app["spec"]["sources"][2].update(targetRevision="v2"))
+    with pytest.raises(k.Conflict):
+        await t.write(read, ["ds-a", "slurm"], OURS)
+    assert kube.get("applications", "argocd", "slurm")["spec"]["sources"][2]["targetRevision"] == "v2"
+
+
+async def test_multi_source_without_a_selector_names_the_field() -> None:
+    with pytest.raises(targets.TargetProblem) as info:
+        await multi_source(FakeKube()).read()
+    assert info.value.reason == "InvalidConfig" and "spec.scope.target.application.sourceChart" in info.value.message
+
+
 # ---------------------------------------------------------------- choosing the target
 
 
@@ -257,6 +351,17 @@ def test_for_spec_picks_the_target_kind() -> None:
     assert (named.name, named.key, named.path) == ("mine", "k", "a.b")
     app = targets.for_spec(kube, _spec({"kind": "ArgoCDApplication", "application": {"name": "slurm"}}), "slurm", None)
     assert isinstance(app, targets.ApplicationTarget) and (app.namespace, app.name) == ("argocd", "slurm")
+    app = targets.for_spec(kube, _spec({"kind": "ArgoCDApplication", "application": {"name": "s", "sourceChart": "slurm"}}),
+                           "slurm", None)
+    assert (app.source_chart, app.source_index) == ("slurm", None)
+    app = targets.for_spec(kube, _spec({"kind": "ArgoCDApplication", "application": {"name": "s", "sourceIndex": 2}}),
+                           "slurm", None)
+    assert (app.source_chart, app.source_index) == (None, 2)
+
+
+def test_application_source_selectors_are_exclusive() -> None:
+    with pytest.raises(ValueError, match="set sourceChart or sourceIndex, not both"):
+        _spec({"kind": "ArgoCDApplication", "application": {"name": "s", "sourceChart": "slurm", "sourceIndex": 1}})
 
 
 def test_for_spec_without_a_configmap_name_says_how_to_fix_it() -> None:

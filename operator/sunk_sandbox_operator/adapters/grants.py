@@ -20,6 +20,20 @@ async def _bounded(coros: list[Awaitable[Any]]) -> list[Any]:
     return await asyncio.gather(*(one(c) for c in coros), return_exceptions=True)
 
 
+# What a secondary scheduler needs in a namespace it watches (kube-scheduler's role is the model).
+SCHEDULER_NEEDS = (("watch", "pods", ""), ("create", "pods", "binding"))
+
+
+async def scheduler_permitted(kube: k.Kube, sa: tuple[str, str], namespaces: list[str]) -> list[bool | Exception]:
+    """Per namespace ("" = cluster-wide): may the scheduler's ServiceAccount watch and bind pods there?"""
+    async def one(ns: str) -> bool:
+        for verb, resource, sub in SCHEDULER_NEEDS:
+            if not await kube.service_account_may(sa[0], sa[1], verb, resource, ns, sub):
+                return False
+        return True
+    return await _bounded([one(ns) for ns in namespaces])
+
+
 async def list_ours(kube: k.Kube, selector: str) -> list[dict]:
     return await kube.list_rolebindings(selector)
 

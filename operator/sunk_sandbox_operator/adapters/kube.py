@@ -20,6 +20,7 @@ from kubernetes.client.rest import ApiException
 from ..api import keys
 
 ARGO_GROUP, ARGO_VERSION, ARGO_PLURAL = "argoproj.io", "v1alpha1", "applications"
+FLUX_GROUP, FLUX_VERSION, FLUX_PLURAL = "helm.toolkit.fluxcd.io", "v2", "helmreleases"
 MERGE_PATCH = "application/merge-patch+json"
 
 
@@ -85,6 +86,7 @@ class Kube:
         self.apps = kubernetes.client.AppsV1Api(api_client)
         self.rbac = kubernetes.client.RbacAuthorizationV1Api(api_client)
         self.custom = kubernetes.client.CustomObjectsApi(api_client)
+        self.authz = kubernetes.client.AuthorizationV1Api(api_client)
 
     def check_writable(self) -> None:
         if not self.writable():
@@ -121,6 +123,27 @@ class Kube:
             raise KeyError(key)
         return base64.b64decode(raw).decode().strip()
 
+    async def service_account_may(self, sa_namespace: str, sa_name: str, verb: str, resource: str,
+                                  namespace: str, subresource: str = "") -> bool:
+        """A SubjectAccessReview: may this ServiceAccount do this (namespace "" = every namespace)?"""
+        attrs = {"verb": verb, "resource": resource, "namespace": namespace}
+        if subresource:
+            attrs["subresource"] = subresource
+        body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": {
+            "user": f"system:serviceaccount:{sa_namespace}:{sa_name}",
+            "groups": ["system:serviceaccounts", f"system:serviceaccounts:{sa_namespace}", "system:authenticated"],
+            "resourceAttributes": attrs}}
+        answer = await self._call(self.authz.create_subject_access_review, body)
+        return bool((answer.get("status") or {}).get("allowed"))
+
+    async def list_statefulsets(self, namespace: str) -> list[dict]:
+        return (await self._call(self.apps.list_namespaced_stateful_set, namespace))["items"]
+
+    async def merge_patch_statefulset(self, namespace: str, name: str, patch: dict) -> dict:
+        self.check_writable()
+        return await self._call(self.apps.patch_namespaced_stateful_set, name, namespace, patch,
+                                field_manager=keys.FIELD_MANAGER, _content_type=MERGE_PATCH)
+
     async def list_deployments(self, namespace: str) -> list[dict]:
         return (await self._call(self.apps.list_namespaced_deployment, namespace))["items"]
 
@@ -130,6 +153,11 @@ class Kube:
     async def get_application(self, namespace: str, name: str) -> dict:
         return await self._call(self.custom.get_namespaced_custom_object, ARGO_GROUP, ARGO_VERSION, namespace,
                                 ARGO_PLURAL, name)
+
+    async def get_helmrelease(self, namespace: str, name: str) -> dict:
+        """A Flux HelmRelease (read only: the FluxHelmRelease target writes the ConfigMap it consumes)."""
+        return await self._call(self.custom.get_namespaced_custom_object, FLUX_GROUP, FLUX_VERSION, namespace,
+                                FLUX_PLURAL, name)
 
     async def list_rolebindings(self, label_selector: str) -> list[dict]:
         return (await self._call(self.rbac.list_role_binding_for_all_namespaces, label_selector=label_selector))["items"]

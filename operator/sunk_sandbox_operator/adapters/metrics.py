@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
@@ -91,6 +91,10 @@ class Metrics:
         self.dependency_wakes = Counter(
             "ssb_dependency_wakes", "Reconciles woken by a change to a scheduler ConfigMap or pod, or to the scope "
             "target (not counting the echo of the operator's own writes).", registry=r)
+        self.dependency_watches = Gauge("ssb_dependency_watches", "Running watches of scheduler ConfigMaps, scheduler "
+                                        "pods and scope targets (one per kind and namespace).", registry=r)
+        self.dependency_objects = Gauge("ssb_dependency_watch_objects", "Objects those watches know (names and "
+                                        "resourceVersions only).", registry=r)
         self.scope_sync_latency = Histogram(
             "ssb_scope_sync_latency_seconds", "From a namespace event to the scope target holding it.",
             buckets=(0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0), registry=r)

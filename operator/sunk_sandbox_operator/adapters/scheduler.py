@@ -35,20 +35,24 @@ async def read(kube: k.Kube, namespace: str, pod_selector: LabelSelector) -> Sch
     return out
 
 
-async def list_deployments(kube: k.Kube, namespace: str) -> list[dict]:
-    return await kube.list_deployments(namespace)
+async def list_workloads(kube: k.Kube, namespace: str) -> list[dict]:
+    """The Deployments and StatefulSets that may run the scheduler, each with its `kind`."""
+    deployments = await kube.list_deployments(namespace)
+    statefulsets = await kube.list_statefulsets(namespace)
+    return [{**d, "kind": "Deployment"} for d in deployments] + [{**s, "kind": "StatefulSet"} for s in statefulsets]
 
 
-async def set_scope_hash(kube: k.Kube, namespace: str, deployment: str, value: str,
+async def set_scope_hash(kube: k.Kube, namespace: str, kind: str, name: str, value: str,
                          generation: int | None = None) -> bool:
     """Roll the scheduler by setting its pod-template scope hash (and the ledger generation it is
-    rolled for). False when the Deployment is gone."""
+    rolled for) on the Deployment or StatefulSet running it. False when it is gone."""
     annotations = {SCOPE_HASH_ANNOTATION: value}
     if generation is not None:
         annotations[SCOPE_GENERATION_ANNOTATION] = str(generation)
     patch = {"spec": {"template": {"metadata": {"annotations": annotations}}}}
+    patch_fn = kube.merge_patch_statefulset if kind == "StatefulSet" else kube.merge_patch_deployment
     try:
-        await kube.merge_patch_deployment(namespace, deployment, patch)
+        await patch_fn(namespace, name, patch)
     except k.NotFound:
         return False
     return True

@@ -10,13 +10,17 @@ entry in `KINDS`.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator, Protocol
+
+import yaml
 
 from ..api.reasons import ScopeSynced
 from ..api.keys import SCHEDULER_CONFIGMAP_LABEL
 from ..api.spec import BindingSpec
 from ..api.keys import SCOPE_LEDGER_ANNOTATION
+from ..api.keys import BINDING_LABEL, FLUX_WATCH_LABEL, MANAGED_BY_LABEL
+from ..core.grants import binding_label
 from ..core import scope_doc
 from ..core.ledger import Ledger
 from ..core.ledger import decode as decode_ledger
@@ -159,39 +163,55 @@ class ConfigMapTarget:
 
 
 class ApplicationTarget:
-    """Helm values of an Argo CD Application rendering the Slurm chart (`spec.source.helm.valuesObject`)."""
+    """Helm values of an Argo CD Application rendering the Slurm chart: the inline values document Argo CD
+    renders for its only or selected source (`helm.valuesObject`, else the YAML string `helm.values`,
+    edited in place); the rules live in core/app_values. One merge patch with the read's resourceVersion
+    as precondition (for a multi-source Application it replaces `spec.sources` whole)."""
 
     kind = "Application"
     can_roll = False  # Argo CD re-renders the chart, and the chart's checksum annotation rolls the scheduler
 
-    def __init__(self, kube: k.Kube, namespace: str, name: str, path: str, memo: dict | None = None) -> None:
-        self.kube, self.namespace, self.name, self.path = kube, namespace, name, path  # values arrive parsed
+    def __init__(self, kube: k.Kube, namespace: str, name: str, path: str, memo: dict | None = None,
+                 source_chart: str | None = None, source_index: int | None = None) -> None:
+        self.kube, self.namespace, self.name, self.path, self.memo = kube, namespace, name, path, memo
+        self.source_chart, self.source_index = source_chart, source_index
+        self.located: Any = None  # the app_values.Location of the last read (describe names it)
 
     def describe(self) -> str:
-        return f"Application {self.namespace}/{self.name} at spec.source.helm.valuesObject.{self.path}"
+        where = self.located.describe(self.path) if self.located else f"{self.path} in its Helm values"
+        return f"Application {self.namespace}/{self.name} at {where}"
+
+    def _locate(self, obj: dict) -> Any:
+        from ..core import app_values  # (imported here: this class is the module's only user)
+        try:
+            source = app_values.select_source(obj.get("spec") or {}, self.source_chart, self.source_index)
+            version = _version(obj, source.where, "helm.values")  # a values string is parsed once per version
+            return app_values.locate(source, self.path,
+                                     lambda text: _memoized(self.memo, version, lambda: scope_doc.parse(text)))
+        except app_values.Problem as p:
+            raise TargetProblem(p.reason, f"Application {self.namespace}/{self.name}: {p.message}") from None
 
     async def read(self) -> TargetRead:
         with _reading(self, f"Argo CD Application {self.namespace}/{self.name}"):
             obj = await self.kube.get_application(self.namespace, self.name)
-        spec = obj.get("spec") or {}
-        source = spec.get("source")
-        if not isinstance(source, dict):
-            if spec.get("sources"):
-                raise TargetProblem(ScopeSynced.INVALID_CONFIG, f"Application {self.namespace}/{self.name} uses "
-                                    "spec.sources (multi-source), which is not supported: point spec.scope.target at a "
-                                    "single-source Application")
-            raise TargetProblem(ScopeSynced.INVALID_CONFIG, f"Application {self.namespace}/{self.name} has no spec.source")
-        helm = source.get("helm") if isinstance(source.get("helm"), dict) else {}
-        return TargetRead(scope_doc.read_list_obj(helm.get("valuesObject"), self.path), obj, _ledger(obj))
+        self.located = self._locate(obj)
+        return TargetRead(self.located.list, obj, _ledger(obj))
 
     async def write(self, read: TargetRead, values: list[str] | None, ledger: Ledger) -> str | None:
+        from ..core import app_values
         patch: dict = {"metadata": {"resourceVersion": read.obj["metadata"]["resourceVersion"],
                                     "annotations": {SCOPE_LEDGER_ANNOTATION: encode_ledger(ledger)}}}
+        new_doc, loc = None, None
         if values is not None:
-            patch["spec"] = {"source": {"helm": {"valuesObject": scope_doc.set_path_patch(self.path, values,
-                                                                                          read.list.style)}}}
+            loc = self._locate(read.obj)
+            try:
+                patch["spec"], new_doc = app_values.spec_patch(loc, self.path, values, read.obj["spec"])
+            except app_values.Problem as p:
+                raise TargetProblem(p.reason, f"{self.describe()}: {p.message}") from None
         with _writing(self):
             written = await self.kube.merge_patch_application(self.namespace, self.name, patch)
+        if new_doc is not None and written:  # the text written was checked to parse to new_doc
+            _remember(self.memo, _version(written, loc.source.where, "helm.values"), (new_doc, None))
         return ((written or {}).get("metadata") or {}).get("resourceVersion")
 
 
@@ -211,11 +231,142 @@ def _configmap(kube: k.Kube, spec: BindingSpec, scheduler_namespace: str, discov
 def _application(kube: k.Kube, spec: BindingSpec, scheduler_namespace: str, discovered_name: str | None,
                  memo: dict | None) -> ScopeTarget:
     t = spec.scope.target.application
-    return ApplicationTarget(kube, t.namespace, t.name, t.path, memo)
+    return ApplicationTarget(kube, t.namespace, t.name, t.path, memo, t.source_chart, t.source_index)
+
+
+class FluxTarget:
+    """A key of a ConfigMap the operator owns, consumed by a Flux HelmRelease through `spec.valuesFrom`.
+
+    Nobody fights over a Git-managed object: the HelmRelease is only read (Flux would revert an edit
+    of it), and the ConfigMap, labelled `reconcile.fluxcd.io/watch: Enabled`, makes helm-controller
+    upgrade the release within seconds of a change. `read` first checks that the HelmRelease consumes
+    this key as a values document (a valuesFrom entry without targetPath) and that its inline
+    `spec.values`, which Flux merges over every valuesFrom entry, does not set the path: else a
+    TargetProblem, and nothing is written. A missing ConfigMap reads as an empty document and the
+    first write creates it (AlreadyExists is a lost race: `kube.Conflict`, like a stale resourceVersion).
+    """
+
+    kind = "ConfigMap"  # what is written (the HelmRelease is only read)
+    can_roll = False    # Flux upgrades the release, and the chart's checksum annotation rolls the scheduler
+
+    def __init__(self, kube: k.Kube, namespace: str, helm_release: str, name: str, key: str, path: str,
+                 memo: dict | None = None) -> None:
+        self.kube, self.namespace, self.helm_release = kube, namespace, helm_release
+        self.name, self.key, self.path, self.memo = name, key, path, memo
+
+    def describe(self) -> str:
+        return (f"ConfigMap {self.namespace}/{self.name} key {self.key} at {self.path} (valuesFrom of HelmRelease "
+                f"{self.namespace}/{self.helm_release})")
+
+    def values_from_entry(self) -> dict:
+        return {"kind": "ConfigMap", "name": self.name, "valuesKey": self.key}
+
+    def _check_release(self, release: dict) -> str | None:
+        """Raise unless the HelmRelease reads our key as a values document that nothing overrides at our
+        path; return the scope type its inline values set (scheduler.scope.type: cluster), if any."""
+        spec = release.get("spec") if isinstance(release.get("spec"), dict) else {}
+        hr = f"HelmRelease {self.namespace}/{self.helm_release}"
+        ours = [ref for ref in spec.get("valuesFrom") or [] if isinstance(ref, dict)
+                and ref.get("kind") == "ConfigMap" and ref.get("name") == self.name
+                and (ref.get("valuesKey") or "values.yaml") == self.key]  # Flux's default valuesKey
+        if not any(not ref.get("targetPath") for ref in ours):
+            snippet = yaml.safe_dump({"spec": {"valuesFrom": [self.values_from_entry()]}}, sort_keys=False).rstrip()
+            why = (f"reads ConfigMap {self.name} key {self.key} only with a targetPath (a single flat value): remove "
+                   "targetPath, the key holds a values document" if ours else
+                   f"does not read ConfigMap {self.name} key {self.key} in spec.valuesFrom")
+            raise TargetProblem(ScopeSynced.VALUES_FROM_MISSING, f"{hr} {why}. Add this entry, last in "
+                                f"spec.valuesFrom (a later entry setting {self.path} would override it):\n{snippet}\n"
+                                "(or fix spec.scope.target.helmRelease); nothing is written until then")
+        values = spec.get("values")
+        if _sets_path(values, self.path):
+            raise TargetProblem(ScopeSynced.VALUES_OVERRIDDEN, f"{hr} sets {self.path} in its inline spec.values, "
+                                "which Flux merges over every valuesFrom entry, so the list in "
+                                f"{self.describe()} would have no effect: remove {self.path} from spec.values (list "
+                                "fixed namespaces in spec.scope.alwaysInclude); nothing is written until then")
+        return scope_doc.read_list_obj(values, self.path).scope_type if isinstance(values, dict) else None
+
+    async def read(self) -> TargetRead:
+        hr = f"HelmRelease {self.namespace}/{self.helm_release}"
+        try:
+            release = await self.kube.get_helmrelease(self.namespace, self.helm_release)
+        except k.NotFound:
+            raise TargetProblem(ScopeSynced.TARGET_NOT_FOUND, f"Flux {hr} not found (helm.toolkit.fluxcd.io/v2): "
+                                "create it or fix spec.scope.target.helmRelease") from None
+        except k.Forbidden as exc:
+            raise TargetProblem(ScopeSynced.FORBIDDEN, f"the operator may not read {hr}: {exc}") from None
+        inline_type = self._check_release(release)
+        with _reading(self, f"ConfigMap {self.namespace}/{self.name}"):
+            try:
+                obj = await self.kube.get_configmap(self.namespace, self.name)
+            except k.NotFound:  # ours to create: read as an empty document, created by the first write
+                obj = {"apiVersion": "v1", "kind": "ConfigMap",
+                       "metadata": {"namespace": self.namespace, "name": self.name}, "data": {}}
+        text = (obj.get("data") or {}).get(self.key) or ""
+        doc, error = _memoized(self.memo, _version(obj, self.key, self.path), lambda: scope_doc.parse(text))
+        found = scope_doc.read_parsed(doc, error, self.path)
+        if found.scope_type is None and inline_type is not None:
+            found = replace(found, scope_type=inline_type)  # the chart's scope type lives in Git, next to the rest
+        return TargetRead(found, obj, _ledger(obj))
+
+    async def write(self, read: TargetRead, values: list[str] | None, ledger: Ledger) -> str | None:
+        data, new_doc = dict(read.obj.get("data") or {}), None
+        if values is not None:
+            text = data.get(self.key) or ""
+            old_doc, error = _memoized(self.memo, _version(read.obj, self.key, self.path),
+                                       lambda: scope_doc.parse(text))
+            if error:  # malformed YAML is never overwritten (edit_list takes the parse as valid)
+                raise TargetProblem(ScopeSynced.INVALID_CONFIG, f"{self.describe()}: {error}")
+            try:
+                text, new_doc = scope_doc.edit_list(text, self.path, values, read.list.style, old_doc)
+            except ValueError as exc:
+                raise TargetProblem(ScopeSynced.INVALID_CONFIG, f"{self.describe()}: {exc}") from None
+            data[self.key] = text
+        meta = dict(read.obj.get("metadata") or {})
+        labels = {**(meta.get("labels") or {}), FLUX_WATCH_LABEL[0]: FLUX_WATCH_LABEL[1]}  # kept on every write
+        exists = bool(meta.get("resourceVersion"))
+        if not exists:
+            labels[MANAGED_BY_LABEL[0]] = MANAGED_BY_LABEL[1]
+            if len(ledger.entries) == 1:  # the creating binding: the only ledger entry of a new ConfigMap
+                binding_ns, _, binding_name = next(iter(ledger.entries)).partition("/")
+                labels[BINDING_LABEL] = binding_label(binding_ns, binding_name)
+        meta.update(labels=labels, annotations=_annotations_with(read.obj, ledger))
+        body = {**read.obj, "metadata": meta, "data": data}
+        with _writing(self):
+            if exists:
+                written = await self.kube.replace_configmap(self.namespace, self.name, body)
+            else:
+                written = await self.kube.create_configmap(self.namespace, body)
+        if new_doc is not None:  # what we wrote was checked to parse to new_doc: the next read need not parse
+            _remember(self.memo, _version(written, self.key, self.path), (new_doc, None))
+        return (written.get("metadata") or {}).get("resourceVersion")
+
+
+def _sets_path(values: Any, path: str) -> bool:
+    """Does a values object set `path`, or replace a mapping on the way to it? Flux (like Helm) merges
+    mappings key by key and lets anything else, null included, replace what was merged before."""
+    cur = values
+    for part in path.split("."):
+        if not isinstance(cur, dict) or part not in cur:
+            return False
+        cur = cur[part]
+        if not isinstance(cur, dict):
+            return True
+    return True
+
+
+def _flux(kube: k.Kube, spec: BindingSpec, scheduler_namespace: str, discovered_name: str | None,
+          memo: dict | None) -> ScopeTarget:
+    t = spec.scope.target.helm_release
+    name = t.config_map_name()
+    if not t.name or len(name) > 253:
+        raise TargetProblem(ScopeSynced.INVALID_CONFIG, "spec.scope.target.helmRelease needs a name, and a configMap "
+                            f"name when {t.name}-sunk-scope is longer than 253 characters")
+    return FluxTarget(kube, t.namespace or scheduler_namespace, t.name, name, t.key, t.path, memo)
 
 
 # spec.scope.target.kind → how to build the target.
-KINDS: dict[str, Any] = {"SchedulerConfigMap": _configmap, "ArgoCDApplication": _application}
+KINDS: dict[str, Any] = {"SchedulerConfigMap": _configmap, "ArgoCDApplication": _application,
+                         "FluxHelmRelease": _flux}
 
 
 def for_spec(kube: k.Kube, spec: BindingSpec, scheduler_namespace: str, discovered_configmap: str | None,

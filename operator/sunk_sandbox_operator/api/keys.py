@@ -30,3 +30,6 @@ SCOPE_GENERATION_ANNOTATION = f"{GROUP}/scope-generation"  # ... and the ledger 
 BINDING_LABEL = f"{GROUP}/binding"              # RoleBindings it created, naming the binding
 SCOPE_LEDGER_ANNOTATION = f"{GROUP}/scope-ledger"  # scope target: what each binding added (core/ledger.py)
 MANAGED_BY_LABEL = ("app.kubernetes.io/managed-by", "sunk-sandbox-operator")
+# On the FluxHelmRelease target's ConfigMap: Flux's helm-controller watches labelled valuesFrom
+# sources and upgrades the release within seconds of a change (else at the release's interval).
+FLUX_WATCH_LABEL = ("reconcile.fluxcd.io/watch", "Enabled")

@@ -44,6 +44,10 @@ class Common(_Reason):
     INVALID_SPEC = "InvalidSpec", "the spec does not validate against the operator's models (a CRD older than the operator?): re-apply crds/"
     RUNNER_CONFLICT = "RunnerConflict", "an older binding manages the same runner; this one writes nothing: delete one"
     API_ERROR = "APIError", "transient (Unknown): a Kubernetes read failed (the message says which); retried with backoff"
+    NOT_ALLOWED = "NotAllowed", (
+        "the binding asks what the operator's settings do not allow (an API URL, another namespace, a system "
+        "namespace, an empty selector; the message names the field): fix the field, or ask the operator's admin "
+        "(`--allowed-api-url`, `--allow-reach`). Nothing is read or written for it, no token is sent")
 
 
 class Ready(_Reason):
@@ -91,15 +95,36 @@ class ScopeSynced(_Reason):
     PENDING = "Pending", (
         "namespaces not yet listed (count and first few in the message and `status.scope.missing`); in "
         "Observe mode, never written")
-    TARGET_NOT_FOUND = "TargetNotFound", "the scheduler ConfigMap / Application does not exist: set `scope.target`"
+    TARGET_NOT_FOUND = "TargetNotFound", (
+        "the scheduler ConfigMap / Application / HelmRelease does not exist: set `scope.target`")
     INVALID_CONFIG = "InvalidConfig", (
-        "`scheduler.conf` is not valid YAML or the value is not a list/string: fix it; the operator never "
-        "overwrites it")
+        "`scheduler.conf` (or an Application's `helm.values`) is not valid YAML, the value is not a list/string, "
+        "or `scope.target.application` does not pick one source (the message says which field): fix it; the "
+        "operator never overwrites it")
+    LIST_NOT_EDITABLE = "ListNotEditable", (
+        "the Application's list is not in the source's `helm.valuesObject` or `helm.values` but may come from a "
+        "`valueFiles` file (named in the message), or a Helm `parameters` entry overrides it; the operator edits "
+        "neither and writes nothing: put the list into that source's `valuesObject` (or `values`), an empty "
+        "list is enough")
     FORBIDDEN = "Forbidden", "the operator lacks RBAC on the target"
     CONFLICT = "Conflict", "the target kept changing under concurrent edits; retried with backoff"
     GRANT_FAILED = "GrantFailed", "a `scope.grantClusterRole` RoleBinding could not be written (message says why)"
+    SHARED_TARGET_CONFLICT = "SharedTargetConflict", (
+        "an older binding writes the same target with another `spec.mode` or `scope.restartScheduler`: make them "
+        "agree (this one writes nothing to it meanwhile)")
+    SCHEDULER_NOT_PERMITTED = "SchedulerNotPermitted", (
+        "the scheduler's ServiceAccount may not watch pods or bind them in listed namespaces (SubjectAccessReview): "
+        "set `scope.grantClusterRole: sunk-scheduler-sandbox` (shipped) or grant it through the Slurm chart")
     ERROR = "Error", "transient (Unknown): the sync is retried with backoff"
     NAMESPACES_NOT_LOADED = "NamespacesNotLoaded", "transient (Unknown): at start-up namespaces are listed first"
+    VALUES_FROM_MISSING = "ValuesFromMissing", (
+        "`FluxHelmRelease` target: the HelmRelease does not read the operator's ConfigMap; add the `spec.valuesFrom` "
+        "entry the message shows (kind ConfigMap, name, valuesKey, no targetPath), last in the list. Nothing is "
+        "written until it does")
+    VALUES_OVERRIDDEN = "ValuesOverridden", (
+        "`FluxHelmRelease` target: the HelmRelease's inline `spec.values` sets the list's path, and Flux merges "
+        "`spec.values` over every valuesFrom entry: remove it there (fixed names go in `scope.alwaysInclude`). "
+        "Nothing is written until then")
 
 
 class GracePeriodSafe(_Reason):

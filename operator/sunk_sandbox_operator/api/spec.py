@@ -210,14 +210,75 @@ class ConfigMapTarget(_Model):
 class ApplicationTarget(_Model):
     """An Argo CD Application rendering the Slurm Helm chart; the list lives in its Helm values."""
 
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                _cel(
+                    "!has(self.sourceChart) || !has(self.sourceIndex)",
+                    "spec.scope.target.application: set sourceChart or sourceIndex, not both",
+                )
+            ]
+        }
+    )
+
     name: str = Field(default="", description="Application name. Required when kind is ArgoCDApplication.",
                       pattern=r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?)?$")
     namespace: str = Field(default="argocd", description="Namespace of the Application.", pattern=DNS_LABEL_PATTERN)
     path: str = Field(
         default="scheduler.scope.namespaces",
-        description="Dotted path inside spec.source.helm.valuesObject.",
+        description="Dotted path of the list inside the Helm values Argo CD renders for the source: "
+        "helm.valuesObject when set, else the YAML string helm.values (edited in place), else a new valuesObject.",
         pattern=DOTTED_PATH_PATTERN,
     )
+    source_chart: Optional[str] = Field(
+        default=None,
+        description="Multi-source Applications (spec.sources): edit the source whose chart is this name (or, "
+        "for a chart in Git, whose path ends in it). Unset: the only source with helm or a chart.",
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$",
+    )
+    source_index: Optional[int] = Field(
+        default=None,
+        description="Multi-source Applications: edit spec.sources[sourceIndex] (when two sources render the "
+        "same chart). Not with sourceChart.",
+        ge=0,
+        le=1000,
+    )
+
+    @model_validator(mode="after")
+    def _one_source_selector(self) -> "ApplicationTarget":
+        if self.source_chart is not None and self.source_index is not None:
+            raise ValueError("spec.scope.target.application: set sourceChart or sourceIndex, not both")
+        return self
+
+
+class FluxTarget(_Model):
+    """A Flux HelmRelease rendering the Slurm chart: the operator owns a ConfigMap (one key of it) that the
+    HelmRelease consumes through spec.valuesFrom, so nobody fights over the Git-managed HelmRelease."""
+
+    name: str = Field(default="", description="HelmRelease (helm.toolkit.fluxcd.io/v2) name. Required when kind is "
+                      "FluxHelmRelease.", pattern=r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?)?$")
+    namespace: str = Field(
+        default="",
+        description="Namespace of the HelmRelease, and of the ConfigMap (Flux reads valuesFrom in the HelmRelease's "
+        "namespace). Empty: the scheduler namespace.",
+        pattern=r"^([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)?$",
+    )
+    config_map: str = Field(
+        default="",
+        description="The ConfigMap the operator owns (created if missing, labelled reconcile.fluxcd.io/watch: Enabled). "
+        "Empty: <name>-sunk-scope.",
+        pattern=r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?)?$",
+    )
+    key: str = Field(default="values.yaml", description="Data key holding the values YAML document (the valuesFrom "
+                     "entry's valuesKey).", min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$")
+    path: str = Field(
+        default="scheduler.scope.namespaces",
+        description="Dotted path of the namespace list inside that values document.",
+        pattern=DOTTED_PATH_PATTERN,
+    )
+
+    def config_map_name(self) -> str:
+        return self.config_map or f"{self.name}-sunk-scope"
 
 
 class ScopeTarget(_Model):
@@ -229,17 +290,23 @@ class ScopeTarget(_Model):
                 _cel(
                     "!has(self.kind) || self.kind != 'ArgoCDApplication' || (has(self.application) && has(self.application.name) && self.application.name != '')",
                     "spec.scope.target.application.name is required when kind is ArgoCDApplication",
-                )
+                ),
+                _cel(
+                    "!has(self.kind) || self.kind != 'FluxHelmRelease' || (has(self.helmRelease) && has(self.helmRelease.name) && self.helmRelease.name != '')",
+                    "spec.scope.target.helmRelease.name is required when kind is FluxHelmRelease",
+                ),
             ]
         }
     )
 
-    kind: Literal["SchedulerConfigMap", "ArgoCDApplication"] = Field(
+    kind: Literal["SchedulerConfigMap", "ArgoCDApplication", "FluxHelmRelease"] = Field(
         default="SchedulerConfigMap",
-        description="SchedulerConfigMap: edit the scheduler's ConfigMap. ArgoCDApplication: edit the Helm values of an Argo CD Application.",
+        description="SchedulerConfigMap: edit the scheduler's ConfigMap. ArgoCDApplication: edit the Helm values of an Argo CD Application. "
+        "FluxHelmRelease: own a values ConfigMap that a Flux HelmRelease consumes through spec.valuesFrom.",
     )
     config_map: ConfigMapTarget = Field(default_factory=ConfigMapTarget, description="Used when kind is SchedulerConfigMap.")
     application: ApplicationTarget = Field(default_factory=ApplicationTarget, description="Used when kind is ArgoCDApplication.")
+    helm_release: FluxTarget = Field(default_factory=FluxTarget, description="Used when kind is FluxHelmRelease.")
 
 
 class ScopeSpec(_Model):

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from ..core.tenancy import DEFAULT_API_URLS, TenancyPolicy, parse_reach
 
 
 def _float(name: str, default: float) -> float:
@@ -47,6 +49,14 @@ class Config:
     # anyway (with a Warning event) so a permanent error never leaves it Terminating forever.
     restore_retries: int = 30
     restore_retry_delay_seconds: float = 10.0
+    # Tenancy (core/tenancy.py): the runner API base URLs bindings may use (the token is sent
+    # there; plain http only for a loopback URL), and which binding namespaces may reach which
+    # other namespaces (scheduler, scope target, system namespaces named explicitly).
+    allowed_api_urls: tuple[str, ...] = DEFAULT_API_URLS
+    allowed_reach: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def tenancy(self) -> TenancyPolicy:
+        return TenancyPolicy(self.allowed_api_urls, self.allowed_reach, self.operator_namespace)
 
 
 def load() -> Config:
@@ -70,4 +80,7 @@ def load() -> Config:
         standby_poll_seconds=_float("SSB_STANDBY_POLL_SECONDS", 0.5),
         restore_retries=int(_float("SSB_RESTORE_RETRIES", 30)),
         restore_retry_delay_seconds=_float("SSB_RESTORE_RETRY_DELAY_SECONDS", 10.0),
+        allowed_api_urls=tuple(u.strip() for u in os.environ.get("SSB_ALLOWED_API_URLS", "").split(",") if u.strip())
+        or DEFAULT_API_URLS,
+        allowed_reach=parse_reach(os.environ.get("SSB_ALLOWED_REACH", "")),
     )

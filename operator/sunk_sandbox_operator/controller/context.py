@@ -22,6 +22,7 @@ from ..adapters.ownership import OwnershipStore
 from .caches import NamespaceCache, PodCache
 from .failpoints import Failpoints
 from .config import Config
+from ..core.tenancy import TenancyPolicy
 from .depends import Dependencies
 from .state import BindingState, Registry
 
@@ -65,10 +66,12 @@ class Context:
     now_iso: Callable[[], str] = utc_now_iso
 
     failpoints: Failpoints = field(default_factory=Failpoints)
+    tenancy: TenancyPolicy = None  # type: ignore[assignment]  # what bindings may ask (from config, below)
     ownership: OwnershipStore | None = None          # policy ownership records (None: status only)
     informers: list = field(default_factory=list)   # adapters.informer.Informer, one per watched kind
     tasks: list = field(default_factory=list)       # their running tasks
     http: object | None = None                      # adapters.kubehttp.KubeHTTP the informers share
+    listed_bindings: frozenset[str] | None = None   # namespace/name of every binding, as last listed
     depends: Dependencies = None  # type: ignore[assignment]  # scheduler objects and scope targets (built below)
 
     def __post_init__(self) -> None:
@@ -79,13 +82,15 @@ class Context:
             self.metrics = Metrics(lambda: self.bindings.samples())
         if self.depends is None:
             self.depends = Dependencies(self)
+        self.tenancy = self.config.tenancy()
+        self.bindings.excluded = self.tenancy.system
 
     def reset_bindings(self) -> None:
         """Forget every binding (leadership lost): the next leader term starts from the API's state."""
         for state in self.bindings:
             if state.kick_handle is not None:
                 state.kick_handle.cancel()
-        self.bindings = Registry()
+        self.bindings = Registry(self.bindings.excluded)
         self.depends.refresh()  # no bindings: every dependency watch stops
 
     async def synced(self) -> None:

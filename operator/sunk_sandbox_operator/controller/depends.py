@@ -2,7 +2,8 @@
 
 controller-runtime's `Watches` + map function is the model. Each binding depends on:
 - the ConfigMaps in its scheduler's namespace (scheduler.conf: name, kill-wait, the scope list;
-  slurm.conf: KillWait), and on its scope target (a ConfigMap there, or an Argo CD Application);
+  slurm.conf: KillWait), and on its scope target (a ConfigMap there, or an Argo CD Application,
+  or a Flux HelmRelease and the values ConfigMap it consumes, both in the HelmRelease's namespace);
 - its scheduler's pods (`spec.scheduler.podSelector`: health, args, a restart).
 One metadata-only LIST + WATCH per (kind, namespace[, selector]) that some binding needs, filtered
 server-side, so 10,000 ConfigMaps elsewhere in the cluster cost nothing; started and stopped as
@@ -38,7 +39,7 @@ ObjKey = tuple[str, str, str]  # (kind, namespace, name)
 
 @dataclass(frozen=True)
 class Watched:
-    kind: str                   # ConfigMap | Pod | Application
+    kind: str                   # ConfigMap | Pod | Application | HelmRelease
     namespace: str
     selector: str | None = None  # pods: the scheduler's podSelector as a label selector string
 
@@ -46,7 +47,8 @@ class Watched:
         ns = self.namespace
         path = {"ConfigMap": f"/api/v1/namespaces/{ns}/configmaps",
                 "Pod": f"/api/v1/namespaces/{ns}/pods",
-                "Application": f"/apis/{k.ARGO_GROUP}/{k.ARGO_VERSION}/namespaces/{ns}/{k.ARGO_PLURAL}"}[self.kind]
+                "Application": f"/apis/{k.ARGO_GROUP}/{k.ARGO_VERSION}/namespaces/{ns}/{k.ARGO_PLURAL}",
+                "HelmRelease": f"/apis/{k.FLUX_GROUP}/{k.FLUX_VERSION}/namespaces/{ns}/{k.FLUX_PLURAL}"}[self.kind]
         return Resource(path, label_selector=self.selector, metadata_only=True)
 
 
@@ -63,6 +65,14 @@ def application_ref(spec: BindingSpec, scheduler_ns: str) -> tuple[str, str] | N
     return (app.namespace or scheduler_ns, app.name) if app and app.name else None
 
 
+def helm_release_ref(spec: BindingSpec, scheduler_ns: str) -> tuple[str, str, str] | None:
+    """(namespace, HelmRelease, values ConfigMap) of a FluxHelmRelease target."""
+    if spec.scope.target.kind != "FluxHelmRelease" or not spec.scope.target.helm_release.name:
+        return None
+    hr = spec.scope.target.helm_release
+    return hr.namespace or scheduler_ns, hr.name, hr.config_map_name()
+
+
 def wanted(state: BindingState) -> set[Watched]:
     """What this binding depends on, as watches (none for a deleted or unparsable binding)."""
     ns = scheduler_namespace(state)
@@ -73,6 +83,9 @@ def wanted(state: BindingState) -> set[Watched]:
     app = application_ref(state.spec, ns)
     if app:
         out.add(Watched("Application", app[0]))
+    flux = helm_release_ref(state.spec, ns)
+    if flux:  # the ConfigMap watch is the scheduler namespace's one when the HelmRelease lives there
+        out |= {Watched("HelmRelease", flux[0]), Watched("ConfigMap", flux[0])}
     return out
 
 
@@ -81,8 +94,11 @@ def concerns(state: BindingState, watched: Watched, name: str, labels: dict | No
     if state.spec is None or state.deleted or scheduler_namespace(state) is None:
         return False
     ns = scheduler_namespace(state)
+    flux = helm_release_ref(state.spec, ns)
     if watched.kind == "ConfigMap":
-        return watched.namespace == ns
+        return watched.namespace == ns or (flux is not None and (watched.namespace, name) == (flux[0], flux[2]))
+    if watched.kind == "HelmRelease":
+        return flux is not None and (watched.namespace, name) == flux[:2]
     if watched.kind == "Pod":
         return watched.namespace == ns and selectors.matches(state.spec.scheduler.pod_selector, labels or {})
     return application_ref(state.spec, ns) == (watched.namespace, name)
@@ -95,12 +111,17 @@ class Dependencies:
         self.ctx = ctx
         self._start = start
         self._running: dict[Watched, tuple[Informer, asyncio.Task, dict[str, str]]] = {}
+        ctx.metrics.dependency_watches.set_function(lambda: len(self._running))
+        ctx.metrics.dependency_objects.set_function(self.objects)
         # The resourceVersion of the last write the operator made to each object: its echo wakes nobody.
         self.own_writes: dict[ObjKey, str] = {}
 
     @property
     def watches(self) -> list[Watched]:
         return sorted(self._running, key=lambda w: (w.kind, w.namespace, w.selector or ""))
+
+    def objects(self) -> int:
+        return sum(len(seen) for _, _, seen in self._running.values())
 
     def wrote(self, kind: str, namespace: str, name: str, resource_version: str | None) -> None:
         if resource_version:

@@ -80,3 +80,42 @@ async def remove_all(ctx: Context, state: BindingState, mem: ScopeMemory) -> Non
     except k.Forbidden as exc:
         ctx.event(state, "Warning", "ScopeNotRestored", f"RoleBindings not removed: {exc}")
     mem.grants = set()
+
+
+async def verify_scheduler(ctx: Context, state: BindingState, mem: ScopeMemory, listed: list[str], *,
+                           refresh: bool) -> None:
+    """SubjectAccessReview: may the scheduler's ServiceAccount watch pods and bind them in every
+    listed namespace? (What the seed runbook gets from Helm granting RBAC with the scope.) One
+    cluster-wide review first; else one per namespace not yet confirmed: a confirmed namespace is
+    not asked again while it stays listed, a denied one at every sync (retried with backoff)."""
+    d = state.discovery
+    if d is None or not d.service_account:
+        return
+    sa = (d.namespace, d.service_account)
+    if mem.permit_sa != sa:
+        mem.permit_sa, mem.permitted, mem.cluster_permitted = sa, set(), None
+    if refresh or mem.cluster_permitted is None:
+        (everywhere,) = await io.scheduler_permitted(ctx.kube, sa, [""])
+        if isinstance(everywhere, k.Forbidden):
+            raise TargetProblem(ScopeSynced.FORBIDDEN, "the operator may not create SubjectAccessReviews to check "
+                                f"the scheduler's RBAC: {everywhere}")
+        if isinstance(everywhere, Exception):
+            return  # unknown this time: checked again at the next sync
+        mem.cluster_permitted = everywhere
+    if mem.cluster_permitted:
+        return
+    mem.permitted &= set(listed)
+    todo = [ns for ns in listed if ns not in mem.permitted
+            and (info := ctx.namespaces.get(ns)) is not None and not info.terminating]
+    denied: list[str] = []
+    for ns, allowed in zip(todo, await io.scheduler_permitted(ctx.kube, sa, todo)):
+        if allowed is True:
+            mem.permitted.add(ns)
+        elif allowed is False:
+            denied.append(ns)
+    if denied:
+        raise TargetProblem(ScopeSynced.SCHEDULER_NOT_PERMITTED, (
+            f"the scheduler's ServiceAccount {sa[0]}/{sa[1]} may not watch pods or create pods/binding in "
+            f"{len(denied)} listed namespace(s): {sc.names(sorted(denied))}; its sandboxes there stay Pending. Set "
+            "spec.scope.grantClusterRole: sunk-scheduler-sandbox (shipped with the operator) so the operator "
+            "grants it in each listed namespace, or grant it through the Slurm chart"))

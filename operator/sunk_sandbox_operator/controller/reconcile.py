@@ -14,7 +14,7 @@ from kubernetes.client.rest import ApiException
 from ..adapters import kube as k
 from ..adapters import scheduler as sched
 from ..api.reasons import CONDITION_TYPES, Common
-from ..core import conflicts, scheduler
+from ..core import conflicts, scheduler, tenancy
 from ..core.compose import Part
 from ..core.policy_decide import TRANSIENT
 from ..core.scheduler_conf import parse_go_duration
@@ -53,8 +53,14 @@ async def discover(ctx: Context, state: BindingState) -> scheduler.Discovery:
 
 
 async def _conflict(ctx: Context, state: BindingState) -> str | None:
-    """The older binding on the same runner id, if this one is the younger (it then writes nothing)."""
-    return conflicts.older_owner(state.body, await ctx.kube.list_bindings())
+    """The older binding on the same runner id, if this one is the younger (it then writes nothing).
+    Also notes the bindings that exist (shared-target ledgers keep the entries of live ones only)
+    and whether an older binding on the same scope target disagrees with this one."""
+    bindings = await ctx.kube.list_bindings()
+    ctx.listed_bindings = frozenset(f"{(b.get('metadata') or {}).get('namespace')}/{(b.get('metadata') or {}).get('name')}"
+                                    for b in bindings)
+    state.target_conflict = conflicts.shared_target_conflict(state.body, bindings)
+    return conflicts.older_owner(state.body, bindings)
 
 
 async def reconcile(ctx: Context, state: BindingState) -> None:
@@ -63,6 +69,8 @@ async def reconcile(ctx: Context, state: BindingState) -> None:
         for ctype in CONDITION_TYPES[1:]:
             state.report(Part(ctype, "False", Common.INVALID_SPEC, f"spec does not validate: {state.spec_error}"))
         await flush(ctx, state)
+        return
+    if await _refused(ctx, state):
         return
     await ctx.synced()  # the first reconcile waits for the namespace and pod caches' initial LIST
     state.reconciled_generation = state.generation
@@ -107,11 +115,35 @@ async def reconcile(ctx: Context, state: BindingState) -> None:
     ctx.depends.refresh()  # the scheduler namespace or the target may have moved: watch what it reads now
 
 
+async def _refused(ctx: Context, state: BindingState) -> bool:
+    """Does the binding ask what the operator's settings do not allow? Then every condition says
+    so (with the field and the fix; the status writer posts the Warning events of the transition),
+    and nothing is read, written or sent for it: no Secret, no runner API call, no scheduler or
+    target read."""
+    refused = tenancy.violations(state.spec, state.namespace, ctx.tenancy)
+    if not refused:
+        return False
+    message = "not allowed by the operator's settings: " + "; ".join(v.text() for v in refused)
+    for ctype in CONDITION_TYPES[1:]:
+        state.report(Part(ctype, "False", Common.NOT_ALLOWED, message))
+    state.reconciled_generation = state.generation
+    state.conflict_checked = False  # inactive: namespace and pod signals start no sync for it
+    await flush(ctx, state)
+    return True
+
+
 async def finalize(ctx: Context, state: BindingState) -> None:
     """On delete: Restore puts back what we changed (unless we were the younger, conflicting binding)."""
     spec = state.spec
     try:
         if spec is None:
+            return
+        if tenancy.violations(spec, state.namespace, ctx.tenancy):
+            # Its token is never sent to a URL the operator does not allow, even to restore.
+            ctx.event(state, "Warning", "RestoreSkipped", "the binding asks what the operator's settings do not "
+                      "allow; nothing was restored (check the runner policy and the scope list by hand if it "
+                      "wrote anything before the settings changed)")
+            await policy.forget(ctx, state)
             return
         if spec.deletion_policy == "Orphan" or spec.mode == "Observe" or await _conflict(ctx, state):
             await policy.forget(ctx, state)

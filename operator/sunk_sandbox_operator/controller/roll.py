@@ -33,8 +33,8 @@ async def rewrites_running_list(ctx: Context, state: BindingState, target: targe
     if since is None:
         return True  # who removed them is not recorded: roll to be sure
     try:
-        dep = sc.scheduler_deployment(await sched.list_deployments(ctx.kube, state.discovery.namespace),
-                                      state.spec.scheduler.pod_selector)
+        dep = sc.scheduler_workload(await sched.list_workloads(ctx.kube, state.discovery.namespace),
+                                    state.spec.scheduler.pod_selector)
     except k.Forbidden:
         return True
     return dep is not None and managers.changed_since(dep.get("metadata"), ("spec", "template"), since, FIELD_MANAGER)
@@ -42,25 +42,27 @@ async def rewrites_running_list(ctx: Context, state: BindingState, target: targe
 
 async def roll(ctx: Context, state: BindingState, values: list[str], *, wrote: bool,
                generation: int | None = None) -> str | None:
-    """Set the scheduler Deployment's pod-template scope hash when it differs from the target, or
-    the target's list was written since the roll (rolls the scheduler)."""
+    """Set the pod-template scope hash of the Deployment or StatefulSet running the scheduler when
+    it differs from the target, or the target's list was written since the roll (rolls the scheduler)."""
     ns = state.discovery.namespace
     try:
-        deployments = await sched.list_deployments(ctx.kube, ns)
+        workloads = await sched.list_workloads(ctx.kube, ns)
     except k.Forbidden as exc:
-        raise targets.TargetProblem(ScopeSynced.FORBIDDEN, f"the operator may not list Deployments in {ns}: {exc}") from None
-    decision = sc.decide_roll(deployments, state.spec.scheduler.pod_selector, ns, values, wrote=wrote,
+        raise targets.TargetProblem(ScopeSynced.FORBIDDEN, f"the operator may not list Deployments and "
+                                    f"StatefulSets in {ns}: {exc}") from None
+    decision = sc.decide_roll(workloads, state.spec.scheduler.pod_selector, ns, values, wrote=wrote,
                               hash_annotation=SCOPE_HASH_ANNOTATION, generation=generation,
                               generation_annotation=SCOPE_GENERATION_ANNOTATION)
-    if decision.deployment is None:
+    if decision.workload is None:
         return decision.note
     try:
-        rolled = await sched.set_scope_hash(ctx.kube, ns, decision.deployment, decision.hash, decision.generation)
+        rolled = await sched.set_scope_hash(ctx.kube, ns, decision.kind, decision.workload, decision.hash,
+                                            decision.generation)
     except k.Forbidden as exc:
-        raise targets.TargetProblem(ScopeSynced.FORBIDDEN, f"the operator may not patch Deployment "
-                                    f"{ns}/{decision.deployment}: {exc}") from None
+        raise targets.TargetProblem(ScopeSynced.FORBIDDEN, f"the operator may not patch {decision.kind} "
+                                    f"{ns}/{decision.workload}: {exc}") from None
     if rolled:
         gen = f", {SCOPE_GENERATION_ANNOTATION}={decision.generation}" if decision.generation is not None else ""
-        ctx.event(state, "Normal", "SchedulerRestarted", f"Deployment {ns}/{decision.deployment}: pod-template "
+        ctx.event(state, "Normal", "SchedulerRestarted", f"{decision.kind} {ns}/{decision.workload}: pod-template "
                   f"{SCOPE_HASH_ANNOTATION}={decision.hash}{gen} (the watched list was written since the last roll)")
     return None

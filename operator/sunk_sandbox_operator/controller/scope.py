@@ -155,8 +155,9 @@ async def _signalled_sync(ctx: Context, state: BindingState) -> None:
 
 
 def _retry_later(ctx: Context, part: Part, mem: ScopeMemory) -> None:
-    """Conflict (someone kept writing) and unclassified errors are transient: try again soon."""
-    if part.reason not in (ScopeSynced.CONFLICT, ScopeSynced.ERROR):
+    """Conflict (someone kept writing), unclassified errors and a scheduler not yet permitted (an
+    admin or a chart may be granting it now) are retried soon, with backoff."""
+    if part.reason not in (ScopeSynced.CONFLICT, ScopeSynced.ERROR, ScopeSynced.SCHEDULER_NOT_PERMITTED):
         mem.failures = 0
         if mem.retry_handle is not None:  # recovered: the pending retry is not needed any more
             mem.retry_handle.cancel()
@@ -225,14 +226,23 @@ def _ours(state: BindingState, read: targets.TargetRead, mem: ScopeMemory) -> En
     return Entry(tuple(mem.added), tuple(mem.preexisting) if mem.preexisting is not None else None)
 
 
-def _observation(state: BindingState, target: targets.ScopeTarget, read: targets.TargetRead, sandbox: set[str],
-                 mem: ScopeMemory) -> sc.ScopeObservation:
+def _others(ctx: Context, state: BindingState, read: targets.TargetRead) -> frozenset[str]:
+    """What the other live bindings on this target added (their ledger entries). An entry is dead
+    only when its binding is known gone: not in the last list of bindings and not known here."""
+    known = {s.ref for s in ctx.bindings}
+    live = (lambda ref: True) if ctx.listed_bindings is None else (lambda ref: ref in ctx.listed_bindings or ref in known)
+    return frozenset(n for ref, e in read.ledger.entries.items() if ref != state.ref and live(ref) for n in e.added)
+
+
+def _observation(ctx: Context, state: BindingState, target: targets.ScopeTarget, read: targets.TargetRead,
+                 sandbox: set[str], mem: ScopeMemory) -> sc.ScopeObservation:
     spec = state.spec
     ours = _ours(state, read, mem)
     return sc.ScopeObservation(
         target=target.describe(), values=read.list.values, scope_type=read.list.scope_type, error=read.list.error,
         sandbox=frozenset(sandbox), always=tuple(spec.scope.always_include),
-        preexisting=ours.preexisting, added=ours.added, observe=spec.mode == "Observe")
+        preexisting=ours.preexisting, added=ours.added, observe=spec.mode == "Observe",
+        others=_others(ctx, state, read), own_namespace=state.discovery.namespace if state.discovery else None)
 
 
 async def _sync_inner(ctx: Context, state: BindingState, mem: ScopeMemory, periodic: bool,
@@ -241,19 +251,21 @@ async def _sync_inner(ctx: Context, state: BindingState, mem: ScopeMemory, perio
     if not ctx.namespaces.ready:
         return _error_part(ctx, state, ScopeSynced.NAMESPACES_NOT_LOADED, "namespaces are not listed yet",
                            status="Unknown")
+    if state.target_conflict:
+        return _error_part(ctx, state, ScopeSynced.SHARED_TARGET_CONFLICT, state.target_conflict)
     target = targets.for_spec(ctx.kube, spec, d.namespace, d.configmap_name, mem.parsed)
 
     async def attempt(_: int) -> tuple[sc.ScopeObservation, sc.ListDecision, targets.TargetRead, int]:
         sandbox = _sandbox_set(ctx, state, mem, full=periodic)
         read = await target.read()
-        obs = _observation(state, target, read, sandbox, mem)
+        obs = _observation(ctx, state, target, read, sandbox, mem)
         decision = sc.decide_list(obs)
         generation = read.ledger.generation
-        if decision.write is not None:
+        if decision.write is not None or decision.claims_changed:
             # The ledger entry travels in the same request as the list: a crash cannot split them.
             entry = Entry(tuple(decision.added), tuple(decision.preexisting or ()))
             ledger = read.ledger.with_entry(state.ref, entry)
-            if await rolling.rewrites_running_list(ctx, state, target, read, decision):
+            if decision.write is not None and await rolling.rewrites_running_list(ctx, state, target, read, decision):
                 ledger = ledger.next_generation()
             rv = await target.write(read, decision.write, ledger)
             ctx.depends.wrote(target.kind, target.namespace, target.name, rv)
@@ -311,6 +323,10 @@ async def _sync_inner(ctx: Context, state: BindingState, mem: ScopeMemory, perio
             await grants.sync(ctx, state, mem, decision.final, refresh=periodic or mem.grants is None)
         except targets.TargetProblem as exc:
             problem = problem or (exc.reason, exc.message)
+    try:
+        await grants.verify_scheduler(ctx, state, mem, decision.final, refresh=periodic)
+    except targets.TargetProblem as exc:
+        problem = problem or (exc.reason, exc.message)
     return Part(COND, *_report(ctx, state, obs, decision, wrote, problem, notes, managed_by=managed_by))
 
 
@@ -363,7 +379,8 @@ async def _restore_target(ctx: Context, state: BindingState, mem: ScopeMemory) -
         if read.list.error or read.list.scope_type == "cluster":
             return None
         ours = _ours(state, read, mem)
-        p = sc.restore_plan(list(read.list.values or []), spec.scope.always_include, ours.preexisting, ours.added)
+        p = sc.restore_plan(list(read.list.values or []), spec.scope.always_include, ours.preexisting, ours.added,
+                            _others(ctx, state, read))
         if p.changed or read.ledger.get(state.ref) is not None:
             ledger = read.ledger.with_entry(state.ref, None)
             rv = await target.write(read, p.new_list if p.changed else None,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from ..adapters.metrics import BindingCounters, BindingSample
 from ..api.spec import BindingSpec, parse_spec
@@ -53,6 +53,9 @@ class ScopeMemory:
     sandbox: set[str] | None = None            # namespaces that belong, kept current by namespace events
     sandbox_for: object = None                 # the matcher `sandbox` was computed with
     manager_warned: str | None = None          # the other writer of the target last warned about
+    permit_sa: tuple[str, str] | None = None   # the scheduler ServiceAccount the checks below are for
+    permitted: set[str] = field(default_factory=set)  # listed namespaces where it may watch and bind pods
+    cluster_permitted: bool | None = None      # ... everywhere (one cluster-wide SubjectAccessReview)
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,7 @@ class BindingState:
     discovery: Discovery | None = None
     conflict: str | None = None                          # the older binding on our runner, if any
     conflict_checked: bool = False                       # a reconcile has looked (scope signals wait for it)
+    target_conflict: str | None = None                   # an older binding on our scope target disagrees
     reconciled_generation: int | None = None
     failures: int = 0                                    # consecutive transient policy failures
     policy: PolicyMemory = field(default_factory=PolicyMemory)
@@ -100,6 +104,7 @@ class BindingState:
     deleted: bool = False
     kicks: dict = field(default_factory=dict)            # dependency events not yet acted on: obj -> rv
     kick_handle: asyncio.TimerHandle | None = None       # the pending wake for them (controller/depends.py)
+    excluded: Callable[[str], bool] | None = None         # system namespaces: never matched by glob/selector
     _matcher: tuple[BindingSpec, Matcher] | None = None
 
     @property
@@ -120,7 +125,7 @@ class BindingState:
         if self.spec is None:
             return None
         if self._matcher is None or self._matcher[0] is not self.spec:
-            self._matcher = (self.spec, compile_matcher(self.spec.sandbox_namespaces))
+            self._matcher = (self.spec, compile_matcher(self.spec.sandbox_namespaces, self.excluded))
         return self._matcher[1]
 
     @property
@@ -150,15 +155,16 @@ class BindingState:
 class Registry:
     """All bindings this process knows, by (namespace, name)."""
 
-    def __init__(self) -> None:
+    def __init__(self, excluded: Callable[[str], bool] | None = None) -> None:
         self._bindings: dict[Key, BindingState] = {}
+        self.excluded = excluded  # system namespaces, for every binding's matcher
 
     def ensure(self, body: dict) -> BindingState:
         meta = body["metadata"]
         key = (meta["namespace"], meta["name"])
         state = self._bindings.get(key)
         if state is None or state.body.get("metadata", {}).get("uid") != meta.get("uid"):
-            state = BindingState(meta["namespace"], meta["name"], body)
+            state = BindingState(meta["namespace"], meta["name"], body, excluded=self.excluded)
             self._bindings[key] = state
         state.update_body(body)
         return state

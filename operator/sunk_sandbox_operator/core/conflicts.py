@@ -30,3 +30,49 @@ def older_owner(me: dict, others: list[dict]) -> str | None:
         if _age_key(other) < mine:
             return f"{meta.get('namespace')}/{meta.get('name')}"
     return None
+
+
+# ---------------------------------------------------------------- shared scope targets
+
+
+def target_key(binding: dict) -> tuple:
+    """Which list a binding writes, from its spec alone (raw camelCase, as listed)."""
+    meta, spec = binding.get("metadata") or {}, binding.get("spec") or {}
+    sched_ns = (spec.get("scheduler") or {}).get("namespace") or meta.get("namespace") or ""
+    target = (spec.get("scope") or {}).get("target") or {}
+    kind = target.get("kind") or "SchedulerConfigMap"
+    if kind == "ArgoCDApplication":
+        app = target.get("application") or {}
+        return (kind, app.get("namespace") or "argocd", app.get("name") or "", app.get("path") or "")
+    if kind == "FluxHelmRelease":
+        flux = target.get("flux") or target.get("helmRelease") or {}
+        return (kind, sched_ns, repr(sorted(flux.items())))
+    cm = target.get("configMap") or {}
+    return (kind, sched_ns, cm.get("name") or "", cm.get("key") or "", cm.get("path") or "")
+
+
+def _writes(binding: dict) -> tuple[str, bool]:
+    spec = binding.get("spec") or {}
+    scope = spec.get("scope") or {}
+    return (spec.get("mode") or "Enforce", scope.get("restartScheduler", True) is not False)
+
+
+def shared_target_conflict(me: dict, others: list[dict]) -> str | None:
+    """Several bindings may share a target (their entries merge through the ledger), but not
+    disagree on what cannot be merged: whether the list is written (mode) and whether the
+    scheduler is rolled. The oldest binding on the target decides; a younger one that disagrees
+    gets this message and writes nothing there."""
+    mine, key = _age_key(me), target_key(me)
+    for other in sorted(others, key=_age_key):
+        if _age_key(other)[1:] == mine[1:] or _age_key(other) >= mine or target_key(other) != key:
+            continue
+        (their_mode, their_roll), (my_mode, my_roll) = _writes(other), _writes(me)
+        meta = other.get("metadata") or {}
+        ref = f"{meta.get('namespace')}/{meta.get('name')}"
+        if their_mode != my_mode:
+            return (f"binding {ref} (older) shares this scope target in mode {their_mode}, this one is {my_mode}: "
+                    "a list cannot be both written and only observed; give both the same spec.mode")
+        if their_roll != my_roll:
+            return (f"binding {ref} (older) shares this scope target with spec.scope.restartScheduler="
+                    f"{str(their_roll).lower()}, this one {str(my_roll).lower()}: make them agree")
+    return None

@@ -39,7 +39,8 @@ def other_manager(metadata: Mapping[str, Any] | None, target: str) -> Manager | 
     if labels.get(FLUX_NAME):
         name = f"HelmRelease {labels.get(FLUX_NAMESPACE, '?')}/{labels[FLUX_NAME]}"
         return Manager("Flux", name, f"Flux reconciles {target} back to its render: keep the namespace list in "
-                       f"the {name} values (valuesFrom a ConfigMap the operator does not fight over)")
+                       f"the {name} values: point spec.scope.target at it (kind FluxHelmRelease), so the operator "
+                       "owns a ConfigMap that the HelmRelease reads through spec.valuesFrom")
     tracking = annotations.get(ARGO_TRACKING_ID)
     if tracking or (labels.get(ARGO_INSTANCE) and not annotations.get(HELM_RELEASE_NAME)
                     and labels.get(MANAGED_BY) != "Helm"):

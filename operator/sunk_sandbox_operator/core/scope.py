@@ -11,7 +11,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from ..api.reasons import ScopeSynced as R
 from ..api.spec import SandboxNamespaces
@@ -23,20 +23,30 @@ from . import selectors
 
 @dataclass(frozen=True)
 class Matcher:
-    """`sandboxNamespaces` compiled once: the globs as one regex, the selector parsed."""
+    """`sandboxNamespaces` compiled once: the globs as one regex, the selector parsed. System
+    namespaces (`excluded`: kube-*, the operator's own) are matched only by an exact name, never by
+    a glob or a selector (whether that name is allowed is the tenancy check's to say)."""
 
     globs: re.Pattern | None
     selector: selectors.ParsedSelector | None
+    literals: frozenset[str] = frozenset()
+    excluded: Callable[[str], bool] | None = None
 
     def __call__(self, name: str, labels: Mapping[str, str] | None) -> bool:
+        if name in self.literals:
+            return True
+        if self.excluded is not None and self.excluded(name):
+            return False
         if self.globs is not None and self.globs.match(name):
             return True
         return self.selector is not None and selectors.matches(self.selector, labels or {})
 
 
-def compile_matcher(spec: SandboxNamespaces) -> Matcher:
+def compile_matcher(spec: SandboxNamespaces, excluded: Callable[[str], bool] | None = None) -> Matcher:
     globs = re.compile("|".join(fnmatch.translate(g) for g in spec.names)) if spec.names else None
-    return Matcher(globs, selectors.parse_selector(spec.selector) if spec.selector is not None else None)
+    literals = frozenset(g for g in spec.names if not any(ch in g for ch in "*?["))
+    return Matcher(globs, selectors.parse_selector(spec.selector) if spec.selector is not None else None,
+                   literals, excluded)
 
 
 def namespace_matches(spec: SandboxNamespaces | Matcher, name: str, labels: Mapping[str, str] | None) -> bool:
@@ -111,6 +121,7 @@ def plan(
     always_include: Iterable[str],
     preexisting: Iterable[str] | None,
     managed_added: Iterable[str],
+    others: Iterable[str] = (),
 ) -> ScopePlan:
     """Decide the next watched list.
 
@@ -124,17 +135,25 @@ def plan(
     - the result is sorted and deduplicated, EXCEPT when the set of names does not change:
       then `current` is returned as is, so ordering or duplicates alone never cause a write.
 
-    `added_by_us` is what status.scope.added should become: our still-listed entries plus
+    `added_by_us` is what the ledger entry should become: our still-listed entries plus
     what this plan adds (alwaysInclude entries we added stay ours, so they are cleaned up if
     later dropped from alwaysInclude). With desired_sandbox=set() this is the Restore plan.
+
+    Shared targets: `others` is what the other live bindings on this target added (their
+    ledger entries). An entry leaves only when no one of them claims it; we claim a listed
+    entry another binding added when we want it too, and drop our claim on one we no longer
+    want, so claims follow wants and the last binding wanting an entry removes it.
     """
     keep_always = set(always_include)
     protected = set(preexisting or ())
     ours = set(managed_added) - protected
-    stale = ours - desired_sandbox - keep_always
+    claimed = set(others)
+    wanted = desired_sandbox | keep_always
+    stale = ours - wanted - claimed
     cur = set(current)
     new = (cur - stale) | keep_always | desired_sandbox
-    added_by_us = sorted(n for n in new if (n in ours or n not in cur) and n not in protected)
+    added_by_us = sorted(n for n in new if n not in protected and n in wanted
+                         and (n in ours or n not in cur or n in claimed))
     if new == cur:
         return ScopePlan(list(current), ScopeDiff([], []), added_by_us)
     return ScopePlan(sorted(new), diff_lists(cur, new), added_by_us)
@@ -171,6 +190,8 @@ class ScopeObservation:
     preexisting: tuple[str, ...] | None
     added: tuple[str, ...]
     observe: bool
+    others: frozenset[str] = frozenset()  # entries other live bindings on this target added (ledger)
+    own_namespace: str | None = None      # a blank list means this namespace (the scheduler's own)
 
 
 @dataclass(frozen=True)
@@ -185,6 +206,7 @@ class ListDecision:
     cluster: bool = False
     error: str | None = None
     reverted: list[str] = field(default_factory=list)  # ours, still wanted, removed by another writer
+    claims_changed: bool = False  # the list stays, but what we claim in the ledger changed (shared targets)
 
 
 def decide_list(obs: ScopeObservation) -> ListDecision:
@@ -194,14 +216,20 @@ def decide_list(obs: ScopeObservation) -> ListDecision:
         return ListDecision(cluster=True, preexisting=list(obs.preexisting) if obs.preexisting is not None else None,
                             added=list(obs.added))
     current = list(obs.values or [])
-    pre = sorted(set(current)) if obs.preexisting is None else list(obs.preexisting)
-    p = plan(current, set(obs.sandbox), obs.always, pre, obs.added)
+    if not current and obs.own_namespace:
+        # SUNK reads a blank list as "the scheduler's own namespace": writing the sandbox
+        # namespaces alone would silently stop it watching there. The effective list is kept.
+        current = [obs.own_namespace]
+    # Before our first write, what is listed is the admin's — except what other bindings added.
+    pre = sorted(set(current) - obs.others) if obs.preexisting is None else list(obs.preexisting)
+    p = plan(current, set(obs.sandbox), obs.always, pre, obs.added, obs.others)
     # The ledger travels with the list, so a name it says we added that is gone from the list was
     # removed by someone else (a Helm upgrade, Argo CD self-heal, an admin).
     reverted = sorted((set(obs.added) & (set(obs.sandbox) | set(obs.always))) - set(current))
     if not p.changed or obs.observe:
         added = list(obs.added) if obs.observe else p.added_by_us
-        return ListDecision(final=current, added=added, preexisting=pre, reverted=reverted)
+        return ListDecision(final=current, added=added, preexisting=pre, reverted=reverted,
+                            claims_changed=not obs.observe and set(added) != set(obs.added))
     return ListDecision(write=p.new_list, final=p.new_list, added=p.added_by_us, preexisting=pre, diff=p.diff,
                         reverted=reverted)
 
@@ -283,21 +311,24 @@ def report(obs: ScopeObservation, d: ListDecision, *, prev: dict | None, now: st
 
 @dataclass(frozen=True)
 class RollDecision:
-    deployment: str | None = None    # patch this Deployment's pod-template hash
+    workload: str | None = None      # patch this Deployment's (or StatefulSet's) pod-template hash
+    kind: str = "Deployment"
     hash: str | None = None
     generation: int | None = None    # and the ledger generation it is rolled for
     note: str | None = None          # say this in the condition message instead
 
 
-def scheduler_deployment(deployments: list[Mapping[str, Any]], pod_selector: Any) -> Mapping[str, Any] | None:
-    """The Deployment running the scheduler: pod template labels matching podSelector (first by name)."""
-    found = [dep for dep in deployments
-             if selectors.matches(pod_selector, ((((dep.get("spec") or {}).get("template") or {})
+def scheduler_workload(workloads: list[Mapping[str, Any]], pod_selector: Any) -> Mapping[str, Any] | None:
+    """The Deployment or StatefulSet running the scheduler: pod template labels matching podSelector
+    (Deployments first, then by name)."""
+    found = [w for w in workloads
+             if selectors.matches(pod_selector, ((((w.get("spec") or {}).get("template") or {})
                                                   .get("metadata") or {}).get("labels")))]
-    return sorted(found, key=lambda x: x["metadata"]["name"])[0] if found else None
+    return sorted(found, key=lambda x: (x.get("kind", "Deployment") != "Deployment", x["metadata"]["name"]))[0] \
+        if found else None
 
 
-def decide_roll(deployments: list[Mapping[str, Any]], pod_selector: Any, namespace: str, values: Iterable[str],
+def decide_roll(workloads: list[Mapping[str, Any]], pod_selector: Any, namespace: str, values: Iterable[str],
                 *, wrote: bool, hash_annotation: str, generation: int | None = None,
                 generation_annotation: str | None = None) -> RollDecision:
     """Roll the scheduler when what its pod template says it runs is not what the target holds:
@@ -306,9 +337,9 @@ def decide_roll(deployments: list[Mapping[str, Any]], pod_selector: Any, namespa
     chart's list — has the old names but must still be re-read). Level-triggered: compares the
     template with the target, whoever changed either. After a sync that wrote nothing, a scheduler
     we never rolled is left alone."""
-    dep = scheduler_deployment(deployments, pod_selector)
+    dep = scheduler_workload(workloads, pod_selector)
     if dep is None:
-        return RollDecision(note=f"No Deployment in {namespace} has pod template labels matching "
+        return RollDecision(note=f"No Deployment or StatefulSet in {namespace} has pod template labels matching "
                             "spec.scheduler.podSelector, so the scheduler was not restarted; restart it by hand if "
                             "it reads its config only at start.")
     annotations = (((dep.get("spec") or {}).get("template") or {}).get("metadata") or {}).get("annotations") or {}
@@ -318,11 +349,13 @@ def decide_roll(deployments: list[Mapping[str, Any]], pod_selector: Any, namespa
     stale_gen = generation is not None and have_gen is not None and have_gen != str(generation)
     if (have == want and not stale_gen) or (not wrote and have is None):
         return RollDecision()
-    return RollDecision(deployment=dep["metadata"]["name"], hash=want, generation=generation)
+    return RollDecision(workload=dep["metadata"]["name"], kind=dep.get("kind", "Deployment"), hash=want,
+                        generation=generation)
 
 
 def restore_plan(current: list[str], always_include: Iterable[str], preexisting: Iterable[str] | None,
-                 added: Iterable[str]) -> ScopePlan:
-    """deletionPolicy Restore: our entries leave; alwaysInclude entries still listed stay, never re-added."""
+                 added: Iterable[str], others: Iterable[str] = ()) -> ScopePlan:
+    """deletionPolicy Restore: our entries leave unless another live binding claims them;
+    alwaysInclude entries still listed stay, never re-added."""
     keep = [a for a in always_include if a in current]
-    return plan(current, set(), keep, preexisting or (), added)
+    return plan(current, set(), keep, preexisting or (), added, others)

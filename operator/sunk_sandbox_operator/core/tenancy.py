@@ -1,0 +1,166 @@
+"""What a binding may make the operator do, decided by the operator's settings (pure).
+
+Whoever can create a binding in a namespace gets only what a binding should give: the runner
+API URLs are the operator's to allow (the token is sent there), and a binding reaches the
+scheduler, the scope target and the token Secret in its own namespace only, unless the operator's
+settings let bindings of that namespace reach further (External Secrets' SecretStore vs
+ClusterSecretStore, cert-manager's cluster resource namespace are the models). System namespaces
+are never matched by a selector or a glob. The admission webhook and the controller ask the same
+question here; the controller stays the authority.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import ipaddress
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping
+from urllib.parse import urlsplit
+
+from ..api.spec import BindingSpec
+
+DEFAULT_API_URLS = ("https://api.coreweave.com",)
+SYSTEM_GLOBS = ("kube-*",)  # and the operator's own namespace
+
+
+@dataclass(frozen=True)
+class Violation:
+    field: str      # the spec field, e.g. spec.runner.apiURL
+    message: str    # what is wrong and the fix
+
+    def text(self) -> str:
+        return f"{self.field}: {self.message}"
+
+
+@dataclass(frozen=True)
+class TenancyPolicy:
+    """The operator's settings (flags, environment, Helm values), never a binding's."""
+
+    allowed_api_urls: tuple[str, ...] = DEFAULT_API_URLS
+    # Binding namespace (or glob) -> the namespaces (or globs) its bindings may reach besides their
+    # own: the scheduler, the scope target (an Argo CD namespace), system namespaces named explicitly.
+    reach: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    operator_namespace: str = "sunk-sandbox-operator-system"
+
+    def system(self, namespace: str) -> bool:
+        return namespace == self.operator_namespace or any(fnmatch.fnmatchcase(namespace, g) for g in SYSTEM_GLOBS)
+
+    def may_reach(self, binding_namespace: str, namespace: str) -> bool:
+        if namespace == binding_namespace and not self.system(namespace):
+            return True
+        return any(fnmatch.fnmatchcase(binding_namespace, src) and any(fnmatch.fnmatchcase(namespace, t) for t in targets)
+                   for src, targets in self.reach.items())
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _base(url: str) -> tuple[str, str, int | None, str]:
+    parts = urlsplit(url)
+    port = parts.port
+    default = {"https": 443, "http": 80}.get(parts.scheme)
+    return (parts.scheme, (parts.hostname or "").lower(), None if port == default else port, parts.path.rstrip("/"))
+
+
+def check_allowed_urls(urls: Iterable[str]) -> list[str]:
+    """Errors in the operator's own setting: plain http is allowed only for a loopback URL."""
+    errors = []
+    for url in urls:
+        scheme, host, _, _ = _base(url)
+        if scheme not in ("https", "http") or not host:
+            errors.append(f"{url!r} is not an http(s) URL")
+        elif scheme == "http" and not _loopback(host):
+            errors.append(f"{url!r}: plain http is allowed only for a loopback address (127.0.0.1, ::1, localhost)")
+    return errors
+
+
+def url_allowed(url: str, policy: TenancyPolicy) -> bool:
+    """The URL is one of the allowed bases, or below one (same scheme, host, port; path prefix).
+    An allowed base may end in `:*` (any port: a loopback emulator on a random port in tests)."""
+    try:
+        if check_allowed_urls([url]):
+            return False
+        scheme, host, port, path = _base(url)
+    except ValueError:  # a port that is not a number
+        return False
+    for allowed in policy.allowed_api_urls:
+        any_port = allowed.endswith(":*")
+        try:
+            a_scheme, a_host, a_port, a_path = _base(allowed[:-2] if any_port else allowed)
+        except ValueError:
+            continue
+        if check_allowed_urls([allowed[:-2] if any_port else allowed]):
+            continue  # a plain-http entry for a non-loopback host is never honoured
+        if (scheme, host) == (a_scheme, a_host) and (any_port or port == a_port) \
+                and (path == a_path or path.startswith(a_path + "/")):
+            return True
+    return False
+
+
+def _selector_empty(selector) -> bool:
+    return selector is not None and not selector.match_labels and not selector.match_expressions
+
+
+def violations(spec: BindingSpec, binding_namespace: str, policy: TenancyPolicy) -> list[Violation]:
+    """Everything this binding asks that the operator's settings do not allow (empty: allowed)."""
+    out: list[Violation] = []
+    url = spec.runner.api_url
+    if not url_allowed(url, policy):
+        allowed = ", ".join(policy.allowed_api_urls)
+        out.append(Violation("spec.runner.apiURL", f"{url} is not an API URL the operator allows ({allowed}); the "
+                             "token is sent only there: use one of them, or ask the operator's admin to allow it "
+                             "(--allowed-api-url / SSB_ALLOWED_API_URLS)"))
+
+    def reach(field_name: str, namespace: str, what: str) -> None:
+        if namespace and not policy.may_reach(binding_namespace, namespace):
+            out.append(Violation(field_name, f"{what} in namespace {namespace}: bindings in {binding_namespace} may "
+                                 f"reach only their own namespace; create the binding in {namespace}, or ask the "
+                                 "operator's admin to allow it (--allow-reach / SSB_ALLOWED_REACH)"))
+
+    sched_ns = spec.scheduler_namespace(binding_namespace)
+    reach("spec.scheduler.namespace", sched_ns, "the scheduler")
+    target = spec.scope.target
+    if target.kind == "ArgoCDApplication":
+        reach("spec.scope.target.application.namespace", target.application.namespace, "the Argo CD Application")
+    elif target.kind == "FluxHelmRelease":
+        hr = getattr(target, "helm_release", None)
+        if hr is not None:
+            reach("spec.scope.target.helmRelease.namespace", hr.namespace or sched_ns, "the Flux HelmRelease")
+    sn = spec.sandbox_namespaces
+    if _selector_empty(sn.selector):
+        out.append(Violation("spec.sandboxNamespaces.selector", "an empty selector matches every namespace: give it "
+                             "matchLabels or matchExpressions (e.g. matchLabels: {sunk.coreweave.com/sandbox: "
+                             "\"true\"})"))
+    for i, name in enumerate(sn.names):
+        literal = not any(ch in name for ch in "*?[")
+        if literal and policy.system(name) and not policy.may_reach(binding_namespace, name):
+            out.append(Violation(f"spec.sandboxNamespaces.names[{i}]", f"{name} is a system namespace: the operator's "
+                                 "admin must allow bindings here to reach it (--allow-reach)"))
+    for i, name in enumerate(spec.scope.always_include):
+        if policy.system(name) and not policy.may_reach(binding_namespace, name):
+            out.append(Violation(f"spec.scope.alwaysInclude[{i}]", f"{name} is a system namespace: the operator's "
+                                 "admin must allow bindings here to reach it (--allow-reach)"))
+    return out
+
+
+def excluded(policy: TenancyPolicy, namespace: str) -> bool:
+    """A namespace no selector or glob ever matches (only an explicit, allowed name lists it)."""
+    return policy.system(namespace)
+
+
+def parse_reach(text: str) -> dict[str, tuple[str, ...]]:
+    """`SSB_ALLOWED_REACH`: `tenant-slurm=argocd,slurm-*;team-*=shared-slurm` (binding namespace or glob
+    = the namespaces or globs its bindings may reach)."""
+    out: dict[str, tuple[str, ...]] = {}
+    for item in (text or "").split(";"):
+        src, sep, targets = item.strip().partition("=")
+        if not sep or not src.strip():
+            continue
+        out[src.strip()] = tuple(t.strip() for t in targets.split(",") if t.strip())
+    return out

@@ -1,0 +1,87 @@
+"""What a binding may make the operator do (core/tenancy.py), and the controller refusing the rest
+before it reads a Secret or calls an API."""
+
+from __future__ import annotations
+
+from sunk_sandbox_operator.api.spec import parse_spec
+from sunk_sandbox_operator.controller import reconcile
+from sunk_sandbox_operator.core import tenancy as t
+from sunk_sandbox_operator.core.scope import compile_matcher
+
+from tests.unit.fakes import binding_body, harness_fixture  # noqa: F401 (fixture)
+
+POLICY = t.TenancyPolicy(reach={"tenant-slurm": ("argocd",), "team-*": ("shared-slurm", "kube-public")})
+
+
+def spec(**overrides) -> object:
+    base = {"runner": {"id": "r", "tokenSecretRef": {"name": "s"}}, "sandboxNamespaces": {"names": ["ds-*"]}}
+    return parse_spec({**base, **overrides})
+
+
+def fields(s, ns: str = "tenant-slurm", policy: t.TenancyPolicy = POLICY) -> list[str]:
+    return [v.field for v in t.violations(s, ns, policy)]
+
+
+def test_only_allowed_api_urls() -> None:
+    assert fields(spec()) == []  # https://api.coreweave.com
+    assert t.url_allowed("https://api.coreweave.com/v1/x", POLICY)
+    for url in ("http://api.coreweave.com", "https://api.coreweave.com.evil.io", "https://evil.io",
+                "https://api.coreweave.com:8443", "http://127.0.0.1:9999", "https://api.coreweave.comx"):
+        assert not t.url_allowed(url, POLICY), url
+    loop = t.TenancyPolicy(allowed_api_urls=("http://127.0.0.1:*",))
+    assert t.url_allowed("http://127.0.0.1:41234", loop) and not t.url_allowed("http://10.0.0.1:41234", loop)
+    # A plain-http entry for another host is never honoured, and refused at start-up.
+    assert not t.url_allowed("http://evil.io", t.TenancyPolicy(allowed_api_urls=("http://evil.io",)))
+    assert t.check_allowed_urls(["http://evil.io"]) and not t.check_allowed_urls(["http://[::1]:8080", "https://x.io"])
+    msg = t.violations(spec(runner={"id": "r", "apiURL": "https://evil.io", "tokenSecretRef": {"name": "s"}}),
+                       "tenant-slurm", POLICY)[0].text()
+    assert msg.startswith("spec.runner.apiURL: https://evil.io is not an API URL the operator allows")
+
+
+def test_a_binding_reaches_only_its_own_namespace_unless_allowed() -> None:
+    assert fields(spec(scheduler={"namespace": "other"})) == ["spec.scheduler.namespace"]
+    assert fields(spec(scheduler={"namespace": "tenant-slurm"})) == []
+    argo = {"target": {"kind": "ArgoCDApplication", "application": {"name": "slurm"}}}  # default ns argocd
+    assert fields(spec(scope=argo)) == []                                    # tenant-slurm may reach argocd
+    assert fields(spec(scope=argo), "team-a") == ["spec.scope.target.application.namespace"]
+    assert fields(spec(scheduler={"namespace": "shared-slurm"}), "team-a") == []  # by glob
+    flux = {"target": {"kind": "FluxHelmRelease", "helmRelease": {"name": "slurm", "namespace": "flux-x"}}}
+    assert fields(spec(scope=flux)) == ["spec.scope.target.helmRelease.namespace"]
+
+
+def test_system_namespaces_and_empty_selectors() -> None:
+    assert fields(spec(sandboxNamespaces={"selector": {}})) == ["spec.sandboxNamespaces.selector"]
+    assert fields(spec(sandboxNamespaces={"names": ["kube-system"]})) == ["spec.sandboxNamespaces.names[0]"]
+    assert fields(spec(sandboxNamespaces={"names": ["ds-*", "sunk-sandbox-operator-system"]})) == \
+        ["spec.sandboxNamespaces.names[1]"]
+    assert fields(spec(scope={"alwaysInclude": ["kube-system"]})) == ["spec.scope.alwaysInclude[0]"]
+    assert fields(spec(sandboxNamespaces={"names": ["kube-public"]}), "team-a") == []  # named and allowed
+    # Globs and selectors never match a system namespace; an allowed exact name does.
+    m = compile_matcher(spec(sandboxNamespaces={"names": ["*"], "selector": {"matchLabels": {"a": "b"}}})
+                        .sandbox_namespaces, POLICY.system)
+    assert m("ds-1", {}) and not m("kube-system", {"a": "b"}) and not m("sunk-sandbox-operator-system", {})
+    named = compile_matcher(spec(sandboxNamespaces={"names": ["kube-public"]}).sandbox_namespaces, POLICY.system)
+    assert named("kube-public", {})
+
+
+def test_parse_reach() -> None:
+    assert t.parse_reach("tenant-slurm=argocd, slurm-* ; team-*=shared;bad;=x") == {
+        "tenant-slurm": ("argocd", "slurm-*"), "team-*": ("shared",)}
+
+
+async def test_a_refused_binding_gets_a_condition_and_nothing_is_read_or_written(harness) -> None:
+    h = harness()
+    state = h.binding(binding_body(runner={"id": "r", "apiURL": "https://evil.io", "tokenSecretRef": {"name": "s"}},
+                                   scheduler={"namespace": "kube-system"}), active=False)
+    h.kube.calls.clear()
+    await reconcile.reconcile(h.ctx, state)
+    conds = {c["type"]: c for c in h.kube.get("bindings", "slurm", "b")["status"]["conditions"]}
+    assert conds["PolicySynced"]["reason"] == "NotAllowed" and conds["Ready"]["status"] == "False"
+    assert "spec.runner.apiURL: https://evil.io" in conds["ScopeSynced"]["message"]
+    assert "spec.scheduler.namespace: the scheduler in namespace kube-system" in conds["ScopeSynced"]["message"]
+    # Only the status patch and the event: no Secret, no scheduler or target read, no list of bindings.
+    assert {c[0] for c in h.kube.calls} <= {"patch_binding_status", "create_event"}, h.kube.calls
+    posted = len(h.events)
+    assert posted and set(h.reasons()) == {"NotAllowed"}
+    await reconcile.reconcile(h.ctx, state)
+    assert len(h.events) == posted  # said once, not at every resync
