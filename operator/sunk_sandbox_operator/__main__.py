@@ -26,6 +26,8 @@ def _run(argv: list[str]) -> int:
                         help="serve /healthz and /readyz on this address, e.g. http://0.0.0.0:8081/healthz")
     parser.add_argument("--metrics-port", type=int, default=int(os.environ.get("SSB_METRICS_PORT", "0")),
                         help="serve Prometheus metrics on this port (0: off)")
+    parser.add_argument("--metrics-address", default=None,
+                        help="address the metrics server listens on (default 0.0.0.0; SSB_METRICS_ADDRESS)")
     parser.add_argument("--log-format", choices=["plain", "full", "json"], default="full")
     parser.add_argument("--verbose", action="store_true")
     parser.add_argument("--scope-window", type=float, default=None,
@@ -40,6 +42,14 @@ def _run(argv: list[str]) -> int:
     parser.add_argument("--allow-reach", action="append", default=None, metavar="NS=TARGETS",
                         help="bindings in NS (a glob) may name schedulers, scope targets and system namespaces in "
                         "TARGETS (comma-separated globs), e.g. tenant-slurm=argocd (repeatable)")
+    parser.add_argument("--webhook-port", type=int, default=None,
+                        help="serve the admission webhook (HTTPS, POST /validate) on this port, in every replica "
+                        "(default 0: off; SSB_WEBHOOK_PORT)")
+    parser.add_argument("--webhook-address", default=None,
+                        help="address the webhook listens on (default 0.0.0.0; SSB_WEBHOOK_ADDRESS)")
+    parser.add_argument("--webhook-cert-dir", default=None,
+                        help="directory holding the webhook's tls.crt and tls.key, as a cert-manager Certificate's "
+                        "Secret is mounted (SSB_WEBHOOK_CERT_DIR)")
     args = parser.parse_args(argv)
     if args.allowed_api_url:
         os.environ["SSB_ALLOWED_API_URLS"] = ",".join(args.allowed_api_url)
@@ -52,6 +62,14 @@ def _run(argv: list[str]) -> int:
     if bad:
         parser.error("--allowed-api-url / SSB_ALLOWED_API_URLS: " + "; ".join(bad))
     os.environ["SSB_METRICS_PORT"] = str(args.metrics_port)
+    for flag, name in (("webhook_port", "SSB_WEBHOOK_PORT"), ("webhook_address", "SSB_WEBHOOK_ADDRESS"),
+                       ("webhook_cert_dir", "SSB_WEBHOOK_CERT_DIR")):
+        if getattr(args, flag) is not None:
+            os.environ[name] = str(getattr(args, flag))
+    if int(os.environ.get("SSB_WEBHOOK_PORT") or 0) and not os.environ.get("SSB_WEBHOOK_CERT_DIR"):
+        parser.error("--webhook-port needs --webhook-cert-dir (a directory with tls.crt and tls.key)")
+    if args.metrics_address:
+        os.environ["SSB_METRICS_ADDRESS"] = args.metrics_address
     if args.scope_window is not None:
         os.environ["SSB_SCOPE_WINDOW_SECONDS"] = str(args.scope_window)
     if args.policy_propagation is not None:

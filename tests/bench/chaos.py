@@ -327,9 +327,7 @@ class Operators:
 
 
 def install(kube: Kube) -> None:
-    install_manifests(kube, SLURM_NS)
-    kube.rbac.create_cluster_role({"metadata": {"name": GRANT_ROLE}, "rules": [
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]})
+    install_manifests(kube, SLURM_NS)  # the grant ClusterRole (GRANT_ROLE) ships with them
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.bench.scale import Bulk, install, log, memory_kib, metric, mib
+from tests.bench.scale import Bulk, install, log, memory_kib, metric, mib, prepare_slurm_ns
 from tests.conftest import LOOPBACK_API, OPERATOR_NS, OPERATOR_SA, Kube, wait_for
 
 SLURM_NS = "tenant-slurm"
@@ -67,8 +67,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from sunk_sandbox_devtools import devcluster
     from sunk_sandbox_operator.adapters.runnerapi.emulator import EmulatorState, running_emulator
-    from tests.integration.conftest import (ADMIN_TOKEN, binding_spec, create_token_secret, grant_secret_read,
-                                            make_scheduler, new_runner)
+    from tests.integration.conftest import ADMIN_TOKEN, binding_spec, make_scheduler, new_runner
 
     work = Path(tempfile.mkdtemp(prefix="ssb-depends-"))
     cluster = devcluster.temp_cluster()
@@ -78,12 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         install(kube)
         bulk = Bulk(kube, args.workers)
         with running_emulator(EmulatorState(admin_tokens={ADMIN_TOKEN})) as emulator:
-            try:
-                grant_secret_read(kube, SLURM_NS)
-            except Exception as exc:
-                if getattr(exc, "status", None) != 409:
-                    raise
-            create_token_secret(kube, SLURM_NS)
+            prepare_slurm_ns(kube)
             make_scheduler(kube, SLURM_NS, kill_wait=None, extra_conf="  killWait: 30s\n",
                            scope_namespaces=[SLURM_NS])
             kube.create_binding(SLURM_NS, "b", binding_spec(new_runner(emulator, {}), emulator,

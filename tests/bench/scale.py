@@ -314,6 +314,18 @@ def install(kube: Kube) -> None:
     install_manifests(kube, SLURM_NS)
 
 
+def prepare_slurm_ns(kube: Kube) -> None:
+    """The token Secret in tenant-slurm and the operator's read grant (the manifests may hold it)."""
+    from tests.integration.conftest import create_token_secret, grant_secret_read
+
+    try:
+        grant_secret_read(kube, SLURM_NS)
+    except Exception as exc:  # the shipped manifests may hold it already
+        if getattr(exc, "status", None) != 409:
+            raise
+    create_token_secret(kube, SLURM_NS)
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
@@ -491,8 +503,7 @@ def main(argv: list[str] | None = None) -> int:
     from sunk_sandbox_devtools import devcluster
     from sunk_sandbox_devtools.devcluster import OperatorProcess
     from sunk_sandbox_operator.adapters.runnerapi.emulator import EmulatorState, running_emulator
-    from tests.integration.conftest import (ADMIN_TOKEN, binding_spec, create_token_secret, grant_secret_read,
-                                            make_scheduler, new_runner)
+    from tests.integration.conftest import ADMIN_TOKEN, binding_spec, make_scheduler, new_runner
 
     wall0 = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="ssb-scale-"))
@@ -508,12 +519,7 @@ def main(argv: list[str] | None = None) -> int:
         install(kube)
         bulk = Bulk(kube, args.workers)
         with running_emulator(EmulatorState(admin_tokens={ADMIN_TOKEN})) as emulator:
-            try:
-                grant_secret_read(kube, SLURM_NS)
-            except Exception as exc:  # the shipped manifests may hold it already
-                if getattr(exc, "status", None) != 409:
-                    raise
-            create_token_secret(kube, SLURM_NS)
+            prepare_slurm_ns(kube)
             make_scheduler(kube, SLURM_NS, name=SCHEDULER_NAME, scope_namespaces=[SLURM_NS])
             runner_id = new_runner(emulator, {})
             kube.create_namespace(BARE_NS)

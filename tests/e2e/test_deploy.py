@@ -15,6 +15,8 @@ import yaml
 
 from tests.conftest import REPO, devtools_env, wait_for
 from tests.integration.conftest import ADMIN_TOKEN, make_scheduler
+from tests.integration.test_scope import argocd_crd  # noqa: F401  (fixture: can-i needs the resource to exist)
+from tests.integration.test_scope_flux import flux_crd  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.e2e
 
@@ -96,9 +98,42 @@ def test_operator_logs_are_json_lines(operator):
     ("bind", "clusterroles/sunk-scheduler-sandbox", "", "yes"),
     ("patch", "sunksandboxbindings.sunksandbox.dev/status", NS, "yes"),
     ("list", "namespaces", "", "yes"),
+    # Writes to the scheduler's objects and scope targets: only where a RoleBinding grants them
+    # (manifests/rbac-targets.yaml, shipped for tenant-slurm); "*" = every namespace at once.
+    ("get", "secrets", "default", "no"),
+    ("update", "configmaps", NS, "yes"),
+    ("create", "configmaps", NS, "yes"),
+    ("update", "configmaps", "kube-system", "no"),
+    ("update", "configmaps", "default", "no"),
+    ("create", "configmaps", "default", "no"),
+    ("get", "configmaps", "kube-system", "no"),
+    ("list", "configmaps", "*", "no"),
+    ("watch", "configmaps", "*", "no"),
+    ("patch", "deployments.apps", NS, "yes"),
+    ("patch", "deployments.apps", "default", "no"),
+    ("patch", "deployments.apps", "kube-system", "no"),
+    ("patch", "statefulsets.apps", "default", "no"),
+    ("list", "deployments.apps", "*", "no"),
+    ("patch", "applications.argoproj.io", NS, "yes"),
+    ("patch", "applications.argoproj.io", "argocd", "no"),
+    ("get", "applications.argoproj.io", "*", "no"),
+    ("get", "helmreleases.helm.toolkit.fluxcd.io", "default", "no"),
+    ("patch", "helmreleases.helm.toolkit.fluxcd.io", NS, "no"),  # read only, even where granted
+    # Cluster-wide, what must be: sandbox pods by label, RoleBindings for the scheduler in sandbox
+    # namespaces, `bind` on the one shipped ClusterRole only (not on its own per-namespace roles).
+    ("watch", "pods", "*", "yes"),
+    ("patch", "pods", "*", "no"),
+    ("create", "rolebindings", "*", "yes"),
+    ("update", "rolebindings", "*", "no"),
+    ("create", "clusterrolebindings", "", "no"),
+    ("bind", "clusterroles/sunk-sandbox-operator-targets", "", "no"),
+    ("bind", "clusterroles/sunk-sandbox-operator-secret-reader", "", "no"),
+    ("bind", "clusterroles/admin", "", "no"),
 ])
-def test_shipped_rbac_is_least_privilege(installed, operator_kubeconfig, verb, resource, namespace, allowed):
-    args = ["auth", "can-i", verb, resource] + (["-n", namespace] if namespace else [])
+def test_shipped_rbac_is_least_privilege(installed, argocd_crd, flux_crd, operator_kubeconfig, verb, resource,
+                                         namespace, allowed):
+    where = ["--all-namespaces"] if namespace == "*" else ["-n", namespace] if namespace else []
+    args = ["auth", "can-i", verb, resource] + where
     out = installed.kubectl(*args, kubeconfig=operator_kubeconfig, check=False)
     assert out.stdout.strip() == allowed, (args, out.stdout, out.stderr)
 
@@ -108,6 +143,18 @@ def test_permission_not_shipped_is_denied_by_the_api(installed, operator_kubecon
     out = installed.kubectl("delete", "secret", "victim", "-n", NS, kubeconfig=operator_kubeconfig, check=False)
     assert out.returncode != 0 and "forbidden" in out.stderr.lower()
     assert installed.core.read_namespaced_secret("victim", NS).metadata.name == "victim"
+
+
+def test_the_operator_cannot_grant_itself_its_per_namespace_roles(installed, operator_kubeconfig):
+    """It may create RoleBindings anywhere, but RBAC's escalation check lets it bind only
+    sunk-scheduler-sandbox: a RoleBinding giving itself target or Secret access elsewhere is refused."""
+    for role in ("sunk-sandbox-operator-targets", "sunk-sandbox-operator-secret-reader"):
+        out = installed.kubectl("create", "rolebinding", "self-grant", "-n", "default", f"--clusterrole={role}",
+                                "--serviceaccount=sunk-sandbox-operator-system:sunk-sandbox-operator",
+                                kubeconfig=operator_kubeconfig, check=False)
+        assert out.returncode != 0 and "forbidden" in out.stderr.lower(), (role, out.stdout, out.stderr)
+    assert not [rb for rb in installed.rbac.list_namespaced_role_binding("default").items
+                if rb.metadata.name == "self-grant"]
 
 
 def test_demo_runs_to_completion():

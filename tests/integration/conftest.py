@@ -15,6 +15,8 @@ ADMIN_TOKEN = "tok-admin-" + uuid.uuid4().hex
 READONLY_TOKEN = "tok-readonly-" + uuid.uuid4().hex
 SECRET_VALUES.extend([ADMIN_TOKEN, READONLY_TOKEN])
 SECRET_READER = "sunk-sandbox-operator-secret-reader"
+TARGETS_ROLE = "sunk-sandbox-operator-targets"  # manifests/rbac-targets.yaml
+OPERATOR_SUBJECT = {"kind": "ServiceAccount", "name": "sunk-sandbox-operator", "namespace": "sunk-sandbox-operator-system"}
 
 
 @pytest.fixture(scope="session")
@@ -50,13 +52,28 @@ def calls(emulator, runner_id: str, method: str | None = None) -> list[dict]:
                 if c.get("runner_id") == runner_id and (method is None or c.get("method") == method)]
 
 
+def grant_operator(kube: Kube, ns: str, *, secrets: bool = True, targets: bool = True) -> None:
+    """What an admin does for each Slurm namespace (bindings, their scheduler and scope target): the
+    RoleBindings the shipped ones are in tenant-slurm. `secrets`: `get` on Secrets there
+    (rbac-secrets.yaml); `targets`: read and write the scheduler's objects and the scope target there
+    (rbac-targets.yaml). One that already exists is kept (tenant-slurm ships both)."""
+    for wanted, name, role in ((secrets, "sunk-sandbox-operator-secrets", SECRET_READER),
+                               (targets, "sunk-sandbox-operator-targets", TARGETS_ROLE)):
+        if not wanted:
+            continue
+        try:
+            kube.rbac.create_namespaced_role_binding(ns, {
+                "metadata": {"name": name},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+                "subjects": [OPERATOR_SUBJECT]})
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+
+
 def grant_secret_read(kube: Kube, ns: str) -> None:
-    """What an admin does for each namespace holding bindings: let the operator `get` Secrets there."""
-    kube.rbac.create_namespaced_role_binding(ns, {
-        "metadata": {"name": "sunk-sandbox-operator-secrets"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": SECRET_READER},
-        "subjects": [{"kind": "ServiceAccount", "name": "sunk-sandbox-operator",
-                      "namespace": "sunk-sandbox-operator-system"}]})
+    """The old name: every caller sets up a namespace holding a binding and its scheduler."""
+    grant_operator(kube, ns)
 
 
 def create_token_secret(kube: Kube, ns: str, token: str = ADMIN_TOKEN, name: str = "coreweave-api") -> None:
@@ -117,8 +134,8 @@ def binding_spec(runner_id: str, emulator, **overrides) -> dict:
 
 @pytest.fixture
 def binding_ns(installed, ns) -> str:
-    """A namespace ready for bindings: token Secret, secret-read grant, a SUNK 8 scheduler."""
-    grant_secret_read(installed, ns)
+    """A namespace ready for bindings: token Secret, the operator's grants, a SUNK 8 scheduler."""
+    grant_operator(installed, ns)
     create_token_secret(installed, ns)
     make_scheduler(installed, ns)
     return ns

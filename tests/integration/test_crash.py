@@ -106,9 +106,8 @@ def plane(tmp_path_factory):
 
     cluster = devcluster.temp_cluster()
     try:
-        kube = install_manifests(Kube(cluster))  # CRD, tenant-slurm first, then the shipped manifests
-        kube.rbac.create_cluster_role({"metadata": {"name": GRANT_ROLE}, "rules": [
-            {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]})
+        # CRD, tenant-slurm first, then the shipped manifests (the grant ClusterRole among them)
+        kube = install_manifests(Kube(cluster))
         work = tmp_path_factory.mktemp("crash")
         kubeconfig = cluster.service_account_kubeconfig(OPERATOR_NS, OPERATOR_SA, work / "operator.kubeconfig")
         state = EmulatorState(admin_tokens={ADMIN_TOKEN}, readonly_tokens={READONLY_TOKEN})

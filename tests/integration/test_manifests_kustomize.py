@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from sunk_sandbox_operator import api as model
-from tests.unit.test_manifests import (ARGOCD_KEY, EXPECTED_CLUSTER_RULES, HEALTH_LUA, IMAGE, MANIFESTS, OPERATOR_NS,
-                                       SA, SECRET_READER, SECRETS_NS, flatten)
+from tests.unit.test_manifests import (ARGOCD_KEY, EXPECTED_CLUSTER_RULES, EXPECTED_TARGET_RULES, HEALTH_LUA, IMAGE,
+                                       MANIFESTS, OPERATOR_NS, SA, SECRET_READER, SECRETS_NS, TARGETS_ROLE, flatten)
 
 pytestmark = pytest.mark.integration
 
@@ -47,11 +47,15 @@ def test_kustomize_build_of_manifests():
         ("ClusterRoleBinding", None, "sunk-sandbox-operator"),
         ("ClusterRole", None, SECRET_READER),
         ("RoleBinding", SECRETS_NS, "sunk-sandbox-operator-secrets"),
+        ("ClusterRole", None, TARGETS_ROLE),                      # scheduler objects and scope target, per namespace
+        ("RoleBinding", SECRETS_NS, TARGETS_ROLE),
         ("Role", OPERATOR_NS, "sunk-sandbox-operator"),          # ownership records and the leader Lease
         ("RoleBinding", OPERATOR_NS, "sunk-sandbox-operator"),
         ("Deployment", OPERATOR_NS, "sunk-sandbox-operator"),
         ("PodDisruptionBudget", OPERATOR_NS, "sunk-sandbox-operator"),
         ("Service", OPERATOR_NS, "sunk-sandbox-operator-metrics"),
+        ("NetworkPolicy", OPERATOR_NS, "sunk-sandbox-operator"),
+        ("ClusterRole", None, "sunk-scheduler-sandbox"),         # what the scheduler needs per listed namespace
     }
     for doc in docs:
         assert doc["metadata"]["labels"]["app.kubernetes.io/name"] == "sunk-sandbox-operator", doc["kind"]
@@ -62,6 +66,8 @@ def test_kustomize_build_of_manifests():
         "app.kubernetes.io/name": "sunk-sandbox-operator", "app.kubernetes.io/component": "operator"}
     (role,) = [d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "sunk-sandbox-operator"]
     assert flatten(role["rules"]) == EXPECTED_CLUSTER_RULES
+    (targets,) = [d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == TARGETS_ROLE]
+    assert flatten(targets["rules"]) == EXPECTED_TARGET_RULES
 
 
 def test_kustomize_build_of_examples():
@@ -69,23 +75,24 @@ def test_kustomize_build_of_examples():
     assert ids(docs) == {("Secret", SECRETS_NS, "coreweave-api"), (model.KIND, SECRETS_NS, "cpu-sandboxes")}
 
 
-def test_documented_patch_moves_the_secret_role_binding(tmp_path):
-    """The overlay shown in manifests/rbac-secrets.yaml works."""
+def test_documented_patch_moves_the_secret_and_target_role_bindings(tmp_path):
+    """The overlay shown in manifests/rbac-secrets.yaml works: nothing of the operator's is left in tenant-slurm."""
     overlay = tmp_path / "overlay"
     overlay.mkdir()
     patch = '[{"op": "replace", "path": "/metadata/namespace", "value": "slurm-prod"}]'
     (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
         "resources": [os.path.relpath(MANIFESTS, overlay)],
         "patches": [
-            {"target": {"group": "rbac.authorization.k8s.io", "kind": kind, "name": "sunk-sandbox-operator-secrets"},
-             "patch": patch}
-            for kind in ("RoleBinding",)
+            {"target": {"group": "rbac.authorization.k8s.io", "kind": "RoleBinding", "name": name}, "patch": patch}
+            for name in ("sunk-sandbox-operator-secrets", TARGETS_ROLE)
         ],
     }))
-    assert patch in (MANIFESTS / "rbac-secrets.yaml").read_text()
+    documented = (MANIFESTS / "rbac-secrets.yaml").read_text()
+    assert patch in documented and f"kind: RoleBinding, name: {TARGETS_ROLE}}}" in documented
     docs = ids(kustomize_build(overlay))
     assert ("RoleBinding", "slurm-prod", "sunk-sandbox-operator-secrets") in docs
-    assert ("ClusterRole", None, SECRET_READER) in docs
+    assert ("RoleBinding", "slurm-prod", TARGETS_ROLE) in docs
+    assert ("ClusterRole", None, SECRET_READER) in docs and ("ClusterRole", None, TARGETS_ROLE) in docs
     assert not any(ns == SECRETS_NS for _, ns, _ in docs)
 
 

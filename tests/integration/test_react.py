@@ -179,8 +179,10 @@ def test_helm_upgrade_reverting_the_list_is_restored_and_the_scheduler_rolled(in
                  "containers": [{"name": "scheduler", "image": "sunk/scheduler:8", "args": ["--slurm-kill-wait=60s"]}]}})
     set_pod_ready(installed, ns, "slurm-scheduler-0", True)
     glob, names = sandboxes(installed)
+    # The chart grants its scheduler nothing: the operator grants the shipped role in each listed namespace.
     installed.create_binding(ns, "b", binding_spec(new_runner(emulator, {}), emulator,
-                                                   sandboxNamespaces={"names": [glob]}))
+                                                   sandboxNamespaces={"names": [glob]},
+                                                   scope={"grantClusterRole": "sunk-scheduler-sandbox"}))
     installed.wait_condition(ns, "b", "ScopeSynced", "True", timeout=30)
     assert set(names) <= set(listed(installed, ns)) and ns in listed(installed, ns)
     # Who else writes the ConfigMap is said in status and in a Warning event.

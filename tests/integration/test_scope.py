@@ -448,14 +448,36 @@ def test_argocd_multi_source_selected_by_chart_changes_only_that_source(argocd_c
     assert after[1] == {**sources[1], "helm": expected}
 
 
+def test_a_namespace_without_the_targets_rolebinding_is_reported_and_untouched(installed, operator, emulator, ns):
+    """Target RBAC is per namespace (manifests/rbac-targets.yaml): where its RoleBinding is missing the
+    operator writes nothing, SchedulerReady and ScopeSynced name the RoleBinding to add, and adding it
+    is enough (the watch of that namespace's ConfigMaps starts listing and wakes the binding)."""
+    from tests.integration.conftest import grant_operator
+
+    p = prefix()
+    grant_operator(installed, ns, targets=False)  # the token only, as before the split
+    create_token_secret(installed, ns)
+    make_scheduler(installed, ns, scope_namespaces=["admin-x"])
+    installed.create_namespace(f"{p}-a")
+    before = rv(installed, ns)
+    scope_binding(installed, emulator, ns, [f"{p}-*"])
+    fix = f"a RoleBinding in {ns} to the ClusterRole sunk-sandbox-operator-targets for the operator's ServiceAccount"
+    for ctype in ("SchedulerReady", "ScopeSynced"):
+        cond = installed.wait_condition(ns, "b", ctype, "False", "Forbidden")
+        assert f"may not list ConfigMaps in {ns}" in cond["message"] and fix in cond["message"], cond
+    assert rv(installed, ns) == before
+    template = installed.apps.read_namespaced_deployment("slurm-scheduler", ns).spec.template
+    assert HASH not in (template.metadata.annotations or {})
+
+    grant_operator(installed, ns, secrets=False)
+    wait_listed(installed, ns, {f"{p}-a"}, timeout=60)
+    installed.wait_condition(ns, "b", "ScopeSynced", "True", "Synced", timeout=60)
+    installed.wait_condition(ns, "b", "SchedulerReady", "True", "SchedulerFound", timeout=30)
+
+
 @pytest.fixture(scope="session")
 def grant_role(installed) -> str:
-    try:
-        installed.rbac.create_cluster_role({"metadata": {"name": GRANT_ROLE}, "rules": [
-            {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]})
-    except ApiException as exc:
-        if exc.status != 409:
-            raise
+    installed.rbac.read_cluster_role(GRANT_ROLE)  # shipped in manifests/scheduler-rbac.yaml
     return GRANT_ROLE
 
 
@@ -475,14 +497,15 @@ def test_rolebindings_follow_the_list(installed, operator, emulator, slurm_ns, g
     installed.create_binding(slurm_ns, "b", spec)
     wait_for(lambda: a in ours(installed, slurm_ns), 15)
     installed.create_namespace(b, {label: "yes"})
-    wait_for(lambda: set(ours(installed, slurm_ns)) == {a, b}, 15, lambda: str(set(ours(installed, slurm_ns))))
+    # The blank list meant the scheduler's own namespace: it stays listed, so it is granted too.
+    wait_for(lambda: set(ours(installed, slurm_ns)) == {slurm_ns, a, b}, 15, lambda: str(set(ours(installed, slurm_ns))))
     rb = ours(installed, slurm_ns)[b]
     assert rb.role_ref.kind == "ClusterRole" and rb.role_ref.name == grant_role
     assert [(s.kind, s.name, s.namespace) for s in rb.subjects] == [("ServiceAccount", "slurm-scheduler", slurm_ns)]
 
     installed.core.patch_namespace(a, {"metadata": {"labels": {label: "no"}}})
     wait_listed(installed, slurm_ns, {a}, present=False)
-    wait_for(lambda: set(ours(installed, slurm_ns)) == {b}, 15, lambda: str(set(ours(installed, slurm_ns))))
+    wait_for(lambda: set(ours(installed, slurm_ns)) == {slurm_ns, b}, 15, lambda: str(set(ours(installed, slurm_ns))))
     installed.wait_condition(slurm_ns, "b", "ScopeSynced", "True", "Synced")
 
 
@@ -604,7 +627,9 @@ def test_forbidden_cluster_role_is_reported(installed, operator, emulator, slurm
     make_scheduler(installed, slurm_ns)
     installed.create_namespace(f"{p}-a")
     scope_binding(installed, emulator, slurm_ns, [f"{p}-*"], scope={"grantClusterRole": "cluster-admin"})
-    cond = installed.wait_condition(slurm_ns, "b", "ScopeSynced", "False", "Forbidden")
-    assert "cluster-admin" in cond["message"]
-    assert f"{p}-a" in listed(installed, slurm_ns)  # the list itself was still written
+    # Refused before anything is done (the operator's settings allow only sunk-scheduler-sandbox; its
+    # RBAC `bind` rule could not grant another anyway).
+    cond = installed.wait_condition(slurm_ns, "b", "ScopeSynced", "False", "NotAllowed")
+    assert "spec.scope.grantClusterRole: cluster-admin is not a ClusterRole the operator may grant" in cond["message"]
+    assert f"{p}-a" not in listed(installed, slurm_ns)  # nothing written
     assert ours(installed, slurm_ns) == {}

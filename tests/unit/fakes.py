@@ -275,6 +275,10 @@ class FakeKube:
             raise KeyError(key)
         return base64.b64decode(raw).decode().strip()
 
+    async def secret_has_key(self, namespace: str, name: str, key: str) -> bool:
+        self._enter("secret_has_key", namespace, name, key, namespace=namespace)
+        return bool((self._find("secrets", namespace, name).get("data") or {}).get(key))
+
     async def list_deployments(self, namespace: str) -> list[dict]:
         self._enter("list_deployments", namespace, namespace=namespace)
         return self._items("deployments", namespace)

@@ -39,8 +39,9 @@ def _rules(*specs: tuple[str, str, str, tuple[str, ...]]) -> set[tuple]:
     return out
 
 
-# The ClusterRole, one tuple per (apiGroup, resource, verb, resourceName). Changing this set is
-# a conscious decision: say why in the commit.
+# The cluster-wide ClusterRole, one tuple per (apiGroup, resource, verb, resourceName). Changing
+# this set is a conscious decision: say why in the commit. No write to anything but the bindings,
+# RoleBindings and events: target writes are per namespace (EXPECTED_TARGET_RULES).
 EXPECTED_CLUSTER_RULES = _rules(
     (model.GROUP, model.PLURAL, "get list watch patch", ()),
     (model.GROUP, f"{model.PLURAL}/status", "patch", ()),
@@ -48,17 +49,22 @@ EXPECTED_CLUSTER_RULES = _rules(
     ("apiextensions.k8s.io", "customresourcedefinitions", "get list watch", ()),
     ("", "namespaces", "list watch", ()),
     ("", "pods", "list watch", ()),
-    ("", "configmaps", "get list watch update create", ()),  # create: a FluxHelmRelease target's values ConfigMap
-    ("apps", "deployments", "list patch", ()),
-    ("apps", "statefulsets", "list patch", ()),  # the scheduler may run as a StatefulSet
     ("authorization.k8s.io", "subjectaccessreviews", "create", ()),  # may the scheduler watch/bind pods there?
     ("rbac.authorization.k8s.io", "rolebindings", "list create delete", ()),
     ("rbac.authorization.k8s.io", "clusterroles", "bind", ("sunk-scheduler-sandbox",)),
     ("", "events", "create patch", ()),
     ("events.k8s.io", "events", "create patch", ()),
+)
+# The scheduler's objects and the scope target: granted per namespace by RoleBindings only
+# (manifests/rbac-targets.yaml).
+EXPECTED_TARGET_RULES = _rules(
+    ("", "configmaps", "get list watch update create", ()),  # create: a FluxHelmRelease target's values ConfigMap
+    ("apps", "deployments", "list patch", ()),
+    ("apps", "statefulsets", "list patch", ()),  # the scheduler may run as a StatefulSet
     ("argoproj.io", "applications", "get list watch patch", ()),
     ("helm.toolkit.fluxcd.io", "helmreleases", "get list watch", ()),
 )
+TARGETS_ROLE = "sunk-sandbox-operator-targets"
 EXPECTED_SECRET_RULES = _rules(("", "secrets", "get", ()))
 # Granted per namespace by RoleBindings only (manifests/rbac-secrets.yaml).
 SECRET_READER = "sunk-sandbox-operator-secret-reader"
@@ -174,6 +180,36 @@ def test_secret_reader_is_never_bound_cluster_wide(objects):
     for binding in bindings:
         assert binding["kind"] == "RoleBinding", "a ClusterRoleBinding would allow reading every Secret"
         assert binding["metadata"]["namespace"]
+
+
+def test_target_access_is_granted_only_per_namespace_in_tenant_slurm(objects, example_binding):
+    from sunk_sandbox_operator.api.keys import TARGETS_CLUSTER_ROLE
+
+    assert TARGETS_CLUSTER_ROLE == TARGETS_ROLE  # the name the Forbidden messages tell admins to bind
+    role = find(objects, "ClusterRole", TARGETS_ROLE)
+    actual = flatten(role["rules"])
+    assert actual == EXPECTED_TARGET_RULES, (f"missing: {sorted(EXPECTED_TARGET_RULES - actual, key=str)}\n"
+                                             f"extra: {sorted(actual - EXPECTED_TARGET_RULES, key=str)}")
+    assert not role.get("aggregationRule")
+    binding = find(objects, "RoleBinding", TARGETS_ROLE, SECRETS_NS)
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                  "name": TARGETS_ROLE}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": SA, "namespace": OPERATOR_NS}]
+    # The default install manages the example binding's scheduler (its own namespace).
+    spec = model.parse_spec(example_binding["spec"])
+    assert spec.scheduler_namespace(example_binding["metadata"]["namespace"]) == SECRETS_NS
+    bindings = [d for _, d in objects if d["kind"] in {"RoleBinding", "ClusterRoleBinding"}
+                and d["roleRef"]["name"] == TARGETS_ROLE]
+    assert bindings == [binding], "granted per namespace only: a ClusterRoleBinding would allow every ConfigMap"
+
+
+def test_writes_to_workloads_and_targets_are_never_cluster_wide(objects):
+    written = {"configmaps", "deployments", "statefulsets", "applications", "helmreleases"}
+    for _, doc in objects:
+        if doc["kind"] == "ClusterRoleBinding":
+            role = find(objects, "ClusterRole", doc["roleRef"]["name"])
+            held = {r for _, r, _, _ in flatten(role["rules"])}
+            assert not held & written, f"{doc['metadata']['name']} grants {held & written} in every namespace"
 
 
 def test_no_role_anywhere_grants_more_than_get_on_secrets_or_wildcards(objects):
@@ -378,7 +414,7 @@ def test_kustomization_references_exist():
 def test_main_kustomization_lists_the_operator():
     doc = yaml.safe_load((MANIFESTS / "kustomization.yaml").read_text())
     assert set(doc["resources"]) >= {"../crds", "namespace.yaml", "serviceaccount.yaml", "rbac.yaml",
-                                     "rbac-secrets.yaml", "rbac-operator.yaml", "deployment.yaml", "pdb.yaml",
+                                     "rbac-secrets.yaml", "rbac-targets.yaml", "rbac-operator.yaml", "deployment.yaml", "pdb.yaml",
                                      "service.yaml"}
     assert "namespace" not in doc, "a kustomize namespace would move the tenant-slurm Secret Role"
     assert doc["images"] == [{"name": "sunk-sandbox-operator", "newName": IMAGE.rsplit(":", 1)[0],

@@ -73,6 +73,24 @@ async def test_a_reconcile_writes_policy_and_scope_and_reports_once(harness) -> 
     assert h.kube.count("patch_binding_status") == 1 and h.events == []
 
 
+async def test_a_scheduler_namespace_without_the_targets_rolebinding_says_which_one_to_add(harness) -> None:
+    """RBAC on ConfigMaps and Deployments is per namespace (manifests/rbac-targets.yaml): where it is missing,
+    SchedulerReady and ScopeSynced are Forbidden, name the RoleBinding to add, and nothing is written."""
+    h = harness()
+    cluster(h)
+    h.kube.deny("list_configmaps", NS)
+    state, runner = new_binding(h)
+    await reconcile.reconcile(h.ctx, state)
+    assert conditions(h)["SchedulerReady"] == ("False", "Forbidden")
+    assert conditions(h)["ScopeSynced"] == ("False", "Forbidden")
+    status = h.kube.get("bindings", NS, "b")["status"]
+    fix = f"a RoleBinding in {NS} to the ClusterRole sunk-sandbox-operator-targets for the operator's ServiceAccount"
+    for c in status["conditions"]:
+        if c["type"] in ("SchedulerReady", "ScopeSynced"):
+            assert f"may not list ConfigMaps in {NS}" in c["message"] and fix in c["message"], c
+    assert runner.updates == 0 and h.kube.count("replace_configmap") == 0 and h.kube.count("merge_patch_deployment") == 0
+
+
 async def test_the_younger_of_two_bindings_on_one_runner_writes_nothing(harness) -> None:
     h = harness()
     cluster(h)

@@ -114,6 +114,8 @@ async def test_configmap_parses_once_per_resource_version_and_our_write_primes_t
     (lambda kube: (kube.add("configmaps", {"metadata": {"namespace": "slurm", "name": "cm"}, "data": {"x": "y"}})),
      "TargetNotFound", "has no key scheduler.conf"),
     (lambda kube: (configmap(kube), kube.deny("get_configmap")), "Forbidden", "may not read ConfigMap slurm/cm"),
+    (lambda kube: (configmap(kube), kube.deny("get_configmap")), "Forbidden",
+     "RoleBinding in slurm to the ClusterRole sunk-sandbox-operator-targets"),
 ])
 async def test_configmap_read_problems(setup, reason, fragment) -> None:
     kube = FakeKube()
@@ -125,6 +127,8 @@ async def test_configmap_read_problems(setup, reason, fragment) -> None:
 
 @pytest.mark.parametrize("immutable, after_read, reason, fragment", [
     (False, lambda kube: kube.deny("replace_configmap"), "Forbidden", "may not write"),
+    (False, lambda kube: kube.deny("replace_configmap"), "Forbidden",  # the fix: RBAC on targets is per namespace
+     "grant it: a RoleBinding in slurm to the ClusterRole sunk-sandbox-operator-targets"),
     (False, lambda kube: kube.store["configmaps"].clear(), "TargetNotFound", "disappeared while being written"),
     (True, lambda kube: None, "InvalidConfig", "the API server refused the write"),
 ])

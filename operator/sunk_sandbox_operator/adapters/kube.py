@@ -123,6 +123,12 @@ class Kube:
             raise KeyError(key)
         return base64.b64decode(raw).decode().strip()
 
+    async def secret_has_key(self, namespace: str, name: str, key: str) -> bool:
+        """Whether a Secret holds a non-empty key (admission warnings): the value is neither decoded
+        nor returned. NotFound / Forbidden as for any read."""
+        secret = await self._call(self.core.read_namespaced_secret, name, namespace)
+        return bool((secret.get("data") or {}).get(key))
+
     async def service_account_may(self, sa_namespace: str, sa_name: str, verb: str, resource: str,
                                   namespace: str, subresource: str = "") -> bool:
         """A SubjectAccessReview: may this ServiceAccount do this (namespace "" = every namespace)?"""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..api.keys import SCOPE_GENERATION_ANNOTATION, SCOPE_HASH_ANNOTATION
+from ..api.reasons import grant_targets
 from ..api.spec import LabelSelector
 from ..core import selectors
 from . import kube as k
@@ -26,12 +27,16 @@ async def read(kube: k.Kube, namespace: str, pod_selector: LabelSelector) -> Sch
     out = SchedulerObjects(namespace, selector or "")
     try:
         pods = await kube.list_pods(namespace, selector or None)
-        if selector is None:  # not expressible server-side: filter here
-            pods = [p for p in pods if selectors.matches(pod_selector, p["metadata"].get("labels"))]
-        out.pods = pods
+    except k.Forbidden as exc:  # cluster-wide in manifests/rbac.yaml
+        out.error = f"the operator may not list pods in {namespace}: {exc}; check manifests/rbac.yaml"
+        return out
+    if selector is None:  # not expressible server-side: filter here
+        pods = [p for p in pods if selectors.matches(pod_selector, p["metadata"].get("labels"))]
+    out.pods = pods
+    try:
         out.configmaps = await kube.list_configmaps(namespace)
-    except k.Forbidden as exc:
-        out.error = f"the operator may not read pods/configmaps in {namespace}: {exc}"
+    except k.Forbidden as exc:  # per namespace (manifests/rbac-targets.yaml)
+        out.error = f"the operator may not list ConfigMaps in {namespace}: {exc}; {grant_targets(namespace)}"
     return out
 
 

@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterator, Protocol
 
 import yaml
 
-from ..api.reasons import ScopeSynced
+from ..api.reasons import ScopeSynced, grant_targets
 from ..api.keys import SCHEDULER_CONFIGMAP_LABEL
 from ..api.spec import BindingSpec
 from ..api.keys import SCOPE_LEDGER_ANNOTATION
@@ -79,7 +79,8 @@ def _reading(target: "ScopeTarget", what: str) -> Iterator[None]:
         raise TargetProblem(ScopeSynced.TARGET_NOT_FOUND, f"{what} not found: create it or fix "
                             "spec.scope.target") from None
     except k.Forbidden as exc:
-        raise TargetProblem(ScopeSynced.FORBIDDEN, f"the operator may not read {target.describe()}: {exc}") from None
+        raise TargetProblem(ScopeSynced.FORBIDDEN, f"the operator may not read {target.describe()}: {exc}; "
+                            f"{grant_targets(target.namespace)}") from None
 
 
 @contextmanager
@@ -88,7 +89,8 @@ def _writing(target: "ScopeTarget") -> Iterator[None]:
     try:
         yield
     except k.Forbidden as exc:
-        raise TargetProblem(ScopeSynced.FORBIDDEN, f"the operator may not write {target.describe()}: {exc}") from None
+        raise TargetProblem(ScopeSynced.FORBIDDEN, f"the operator may not write {target.describe()}: {exc}; "
+                            f"{grant_targets(target.namespace)}") from None
     except k.NotFound:
         raise TargetProblem(ScopeSynced.TARGET_NOT_FOUND, f"{target.describe()} disappeared while being written") from None
     except k.Invalid as exc:
@@ -293,7 +295,8 @@ class FluxTarget:
             raise TargetProblem(ScopeSynced.TARGET_NOT_FOUND, f"Flux {hr} not found (helm.toolkit.fluxcd.io/v2): "
                                 "create it or fix spec.scope.target.helmRelease") from None
         except k.Forbidden as exc:
-            raise TargetProblem(ScopeSynced.FORBIDDEN, f"the operator may not read {hr}: {exc}") from None
+            raise TargetProblem(ScopeSynced.FORBIDDEN, f"the operator may not read {hr}: {exc}; "
+                                f"{grant_targets(self.namespace)}") from None
         inline_type = self._check_release(release)
         with _reading(self, f"ConfigMap {self.namespace}/{self.name}"):
             try:

@@ -33,3 +33,7 @@ MANAGED_BY_LABEL = ("app.kubernetes.io/managed-by", "sunk-sandbox-operator")
 # On the FluxHelmRelease target's ConfigMap: Flux's helm-controller watches labelled valuesFrom
 # sources and upgrades the release within seconds of a change (else at the release's interval).
 FLUX_WATCH_LABEL = ("reconcile.fluxcd.io/watch", "Enabled")
+
+# The ClusterRole an admin binds, per namespace, to let the operator read and write the scheduler's
+# objects and the scope target there (manifests/rbac-targets.yaml; shipped for tenant-slurm).
+TARGETS_CLUSTER_ROLE = "sunk-sandbox-operator-targets"

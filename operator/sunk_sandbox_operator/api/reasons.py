@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from .keys import TARGETS_CLUSTER_ROLE
+
 
 class ConditionType(StrEnum):
     READY = "Ready"
@@ -62,6 +64,10 @@ class SchedulerReady(_Reason):
     SCHEDULER_NOT_RUNNING = "SchedulerNotRunning", (
         "pods exist, none Ready: `kubectl logs -n tenant-slurm -l app.kubernetes.io/name=sunk-scheduler -c scheduler`")
     NAME_UNKNOWN = "NameUnknown", "no `scheduler.conf`, no `--scheduler-name`: set `spec.scheduler.name`"
+    FORBIDDEN = "Forbidden", (
+        "the operator may not list the scheduler namespace's ConfigMaps: add a RoleBinding there to the ClusterRole "
+        f"`{TARGETS_CLUSTER_ROLE}` for the operator's ServiceAccount (manifests/rbac-targets.yaml, shipped for "
+        "`tenant-slurm`); pods are read cluster-wide (manifests/rbac.yaml)")
 
 
 class PolicySynced(_Reason):
@@ -106,7 +112,11 @@ class ScopeSynced(_Reason):
         "`valueFiles` file (named in the message), or a Helm `parameters` entry overrides it; the operator edits "
         "neither and writes nothing: put the list into that source's `valuesObject` (or `values`), an empty "
         "list is enough")
-    FORBIDDEN = "Forbidden", "the operator lacks RBAC on the target"
+    FORBIDDEN = "Forbidden", (
+        "the operator lacks RBAC on the target or the scheduler's Deployment (the message names the namespace): "
+        f"add a RoleBinding there to the ClusterRole `{TARGETS_CLUSTER_ROLE}` for the operator's ServiceAccount "
+        "(manifests/rbac-targets.yaml, shipped for `tenant-slurm`); RoleBindings and SubjectAccessReviews are "
+        "cluster-wide (manifests/rbac.yaml)")
     CONFLICT = "Conflict", "the target kept changing under concurrent edits; retried with backoff"
     GRANT_FAILED = "GrantFailed", "a `scope.grantClusterRole` RoleBinding could not be written (message says why)"
     SHARED_TARGET_CONFLICT = "SharedTargetConflict", (
@@ -156,6 +166,12 @@ BY_CONDITION: dict[str, type[_Reason]] = {
     ConditionType.GRACE_PERIOD_SAFE: GracePeriodSafe,
     ConditionType.PLACEMENT_VERIFIED: PlacementVerified,
 }
+
+
+def grant_targets(namespace: str) -> str:
+    """The fix of a Forbidden read or write of the scheduler's objects or the scope target."""
+    return (f"grant it: a RoleBinding in {namespace} to the ClusterRole {TARGETS_CLUSTER_ROLE} for the operator's "
+            "ServiceAccount (manifests/rbac-targets.yaml)")
 
 
 def table() -> list[tuple[str, str, str]]:

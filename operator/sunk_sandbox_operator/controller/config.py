@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from ..core.tenancy import DEFAULT_API_URLS, TenancyPolicy, parse_reach
+from ..core.tenancy import DEFAULT_API_URLS, DEFAULT_GRANT_ROLES, TenancyPolicy, parse_reach
 
 
 def _float(name: str, default: float) -> float:
@@ -33,6 +33,7 @@ class Config:
     # Lost resourceVersion races of one scope write before ScopeSynced=False Conflict.
     scope_conflict_retries: int = 5
     metrics_port: int = 0
+    metrics_address: str = "0.0.0.0"  # e.g. 127.0.0.1 behind a sidecar proxy, or the pod IP only
     # The operator's own namespace: policy ownership records, the leader Lease.
     operator_namespace: str = "sunk-sandbox-operator-system"
     # Leader election (client-go's defaults): lease, renew deadline, retry period, seconds.
@@ -54,9 +55,16 @@ class Config:
     # other namespaces (scheduler, scope target, system namespaces named explicitly).
     allowed_api_urls: tuple[str, ...] = DEFAULT_API_URLS
     allowed_reach: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    allowed_grant_roles: tuple[str, ...] = DEFAULT_GRANT_ROLES
+    # The admission webhook (HTTPS, POST /validate; every replica, leader or standby): 0 = off.
+    # The directory holds tls.crt and tls.key (a cert-manager Certificate's Secret, mounted).
+    webhook_port: int = 0
+    webhook_address: str = "0.0.0.0"
+    webhook_cert_dir: str = ""
 
     def tenancy(self) -> TenancyPolicy:
-        return TenancyPolicy(self.allowed_api_urls, self.allowed_reach, self.operator_namespace)
+        return TenancyPolicy(self.allowed_api_urls, self.allowed_reach, self.operator_namespace,
+                             self.allowed_grant_roles)
 
 
 def load() -> Config:
@@ -70,6 +78,7 @@ def load() -> Config:
         policy_conflict_retries=int(_float("SSB_POLICY_CONFLICT_RETRIES", 5)),
         scope_conflict_retries=int(_float("SSB_SCOPE_CONFLICT_RETRIES", 5)),
         metrics_port=int(_float("SSB_METRICS_PORT", 0)),
+        metrics_address=os.environ.get("SSB_METRICS_ADDRESS") or "0.0.0.0",
         list_page_size=int(_float("SSB_LIST_PAGE_SIZE", 500)),
         operator_namespace=os.environ.get("POD_NAMESPACE") or os.environ.get("SSB_OPERATOR_NAMESPACE")
         or "sunk-sandbox-operator-system",
@@ -83,4 +92,9 @@ def load() -> Config:
         allowed_api_urls=tuple(u.strip() for u in os.environ.get("SSB_ALLOWED_API_URLS", "").split(",") if u.strip())
         or DEFAULT_API_URLS,
         allowed_reach=parse_reach(os.environ.get("SSB_ALLOWED_REACH", "")),
+        allowed_grant_roles=tuple(r.strip() for r in os.environ.get("SSB_ALLOWED_GRANT_ROLES", "").split(",")
+                                  if r.strip()) or DEFAULT_GRANT_ROLES,
+        webhook_port=int(_float("SSB_WEBHOOK_PORT", 0)),
+        webhook_address=os.environ.get("SSB_WEBHOOK_ADDRESS") or "0.0.0.0",
+        webhook_cert_dir=os.environ.get("SSB_WEBHOOK_CERT_DIR", ""),
     )

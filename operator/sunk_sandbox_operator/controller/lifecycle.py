@@ -44,8 +44,8 @@ async def start(logger: logging.Logger, config: Config | None = None) -> Context
     ctx = Context(config=config, kube=kube, failpoints=Failpoints(config.failpoints),
                   ownership=OwnershipStore(kube, config.operator_namespace))
     if config.metrics_port:
-        await ctx.metrics.serve(config.metrics_port)
-        logger.info("metrics on :%d/metrics", config.metrics_port)
+        await ctx.metrics.serve(config.metrics_port, config.metrics_address)
+        logger.info("metrics on %s:%d/metrics", config.metrics_address, config.metrics_port)
     http = KubeHTTP(api_client.configuration)
     kube.http = http
     ctx.informers = [

@@ -1,6 +1,6 @@
 """The operator process: caches and health always, kopf and every write only while leading.
 
-    start (informers warm the caches; /healthz, /readyz, /metrics served)
+    start (informers warm the caches; /healthz, /readyz, /metrics and the admission webhook served)
     loop: acquire the Lease -> open the write gate -> run kopf (bindings) -> hold the Lease
           lost (renew deadline passed): the gate closes first, then kopf stops and the
           bindings' tasks are dropped; back to acquire as a standby, caches still warm
@@ -20,7 +20,7 @@ from urllib.parse import urlparse
 import kopf
 
 from ..adapters import health
-from . import lifecycle, reconcile
+from . import admission, lifecycle, reconcile
 from .config import Config, load
 from .leader import LeaderElector, new_identity
 
@@ -46,6 +46,7 @@ async def run(liveness: str | None, config: Config | None = None) -> None:
         url = urlparse(liveness)
         await health.serve(url.hostname or "0.0.0.0", url.port or 8081,
                            ready=lambda: all(i.ready.is_set() for i in ctx.informers), leading=lambda: leading)
+    webhook = await admission.serve(ctx)  # every replica answers admission reviews (reads only, no Lease)
     elector = LeaderElector(ctx.kube, config.operator_namespace, identity=new_identity(),
                             lease_duration=config.lease_duration_seconds, renew_deadline=config.renew_deadline_seconds,
                             retry_period=config.retry_period_seconds, standby_poll=config.standby_poll_seconds,
@@ -83,6 +84,8 @@ async def run(liveness: str | None, config: Config | None = None) -> None:
     finally:
         leading = False
         await elector.release()
+        if webhook is not None:
+            await webhook.stop()
         await lifecycle.stop(ctx)
 
 

@@ -46,9 +46,7 @@ async def discover(ctx: Context, state: BindingState) -> scheduler.Discovery:
     spec = state.spec
     objs = await sched.read(ctx.kube, spec.scheduler_namespace(state.namespace), spec.scheduler.pod_selector)
     if objs.error:
-        d = scheduler.Discovery(namespace=objs.namespace, selector=objs.selector)
-        d.errors.append(objs.error)
-        return d
+        return scheduler.Discovery(namespace=objs.namespace, selector=objs.selector, forbidden=objs.error)
     return scheduler.discover(spec, state.namespace, objs.pods, objs.configmaps)
 
 

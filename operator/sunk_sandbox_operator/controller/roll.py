@@ -12,7 +12,7 @@ from ..adapters import kube as k
 from ..adapters import scheduler as sched
 from ..adapters import targets
 from ..api.keys import FIELD_MANAGER, SCOPE_GENERATION_ANNOTATION, SCOPE_HASH_ANNOTATION
-from ..api.reasons import ScopeSynced
+from ..api.reasons import ScopeSynced, grant_targets
 from ..core import managers
 from ..core import scope as sc
 from .context import Context
@@ -49,7 +49,7 @@ async def roll(ctx: Context, state: BindingState, values: list[str], *, wrote: b
         workloads = await sched.list_workloads(ctx.kube, ns)
     except k.Forbidden as exc:
         raise targets.TargetProblem(ScopeSynced.FORBIDDEN, f"the operator may not list Deployments and "
-                                    f"StatefulSets in {ns}: {exc}") from None
+                                    f"StatefulSets in {ns}: {exc}; {grant_targets(ns)}") from None
     decision = sc.decide_roll(workloads, state.spec.scheduler.pod_selector, ns, values, wrote=wrote,
                               hash_annotation=SCOPE_HASH_ANNOTATION, generation=generation,
                               generation_annotation=SCOPE_GENERATION_ANNOTATION)
@@ -60,7 +60,7 @@ async def roll(ctx: Context, state: BindingState, values: list[str], *, wrote: b
                                             decision.generation)
     except k.Forbidden as exc:
         raise targets.TargetProblem(ScopeSynced.FORBIDDEN, f"the operator may not patch {decision.kind} "
-                                    f"{ns}/{decision.workload}: {exc}") from None
+                                    f"{ns}/{decision.workload}: {exc}; {grant_targets(ns)}") from None
     if rolled:
         gen = f", {SCOPE_GENERATION_ANNOTATION}={decision.generation}" if decision.generation is not None else ""
         ctx.event(state, "Normal", "SchedulerRestarted", f"{decision.kind} {ns}/{decision.workload}: pod-template "

@@ -253,6 +253,8 @@ async def _sync_inner(ctx: Context, state: BindingState, mem: ScopeMemory, perio
                            status="Unknown")
     if state.target_conflict:
         return _error_part(ctx, state, ScopeSynced.SHARED_TARGET_CONFLICT, state.target_conflict)
+    if d.forbidden:  # the scheduler namespace is not readable: neither its list nor its roll can be kept
+        return _error_part(ctx, state, ScopeSynced.FORBIDDEN, d.forbidden)
     target = targets.for_spec(ctx.kube, spec, d.namespace, d.configmap_name, mem.parsed)
 
     async def attempt(_: int) -> tuple[sc.ScopeObservation, sc.ListDecision, targets.TargetRead, int]:
@@ -372,6 +374,8 @@ async def restore(ctx: Context, state: BindingState, discover) -> None:
 
 async def _restore_target(ctx: Context, state: BindingState, mem: ScopeMemory) -> None:
     spec, d = state.spec, state.discovery
+    if d.forbidden:
+        raise targets.TargetProblem(ScopeSynced.FORBIDDEN, d.forbidden)
     target = targets.for_spec(ctx.kube, spec, d.namespace, d.configmap_name, mem.parsed)
 
     async def attempt(_: int) -> sc.ScopePlan | None:

@@ -39,6 +39,7 @@ class Discovery:
     pods_found: int = 0
     messages: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    forbidden: str | None = None  # the scheduler namespace could not be read (RBAC): what was denied and the fix
     service_account: str = "default"
     configmap_name: str | None = None
     scope_type: str | None = None
@@ -220,6 +221,8 @@ def scheduler_condition(d: Discovery) -> tuple[str, str, str]:
     sel = f" -l {shlex.quote(d.selector)}" if d.selector else ""
     kubectl = f"kubectl get pods -n {d.namespace}{sel}"
     notes = "".join(f" Note: {m}" for m in d.messages) + "".join(f" Error: {e}" for e in d.errors)
+    if d.forbidden:
+        return "False", SchedulerReady.FORBIDDEN, d.forbidden
     if d.pods_found == 0:
         return (
             "False",

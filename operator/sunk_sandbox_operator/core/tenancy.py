@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 from ..api.spec import BindingSpec
 
 DEFAULT_API_URLS = ("https://api.coreweave.com",)
+DEFAULT_GRANT_ROLES = ("sunk-scheduler-sandbox",)  # the ClusterRole the operator may bind (manifests/rbac.yaml)
 SYSTEM_GLOBS = ("kube-*",)  # and the operator's own namespace
 
 
@@ -41,6 +42,8 @@ class TenancyPolicy:
     # own: the scheduler, the scope target (an Argo CD namespace), system namespaces named explicitly.
     reach: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     operator_namespace: str = "sunk-sandbox-operator-system"
+    # ClusterRoles spec.scope.grantClusterRole may name (RBAC's `bind` rule enforces it too).
+    allowed_grant_roles: tuple[str, ...] = DEFAULT_GRANT_ROLES
 
     def system(self, namespace: str) -> bool:
         return namespace == self.operator_namespace or any(fnmatch.fnmatchcase(namespace, g) for g in SYSTEM_GLOBS)
@@ -132,6 +135,15 @@ def violations(spec: BindingSpec, binding_namespace: str, policy: TenancyPolicy)
         hr = getattr(target, "helm_release", None)
         if hr is not None:
             reach("spec.scope.target.helmRelease.namespace", hr.namespace or sched_ns, "the Flux HelmRelease")
+    role = spec.scope.grant_cluster_role
+    if role and role not in policy.allowed_grant_roles:
+        out.append(Violation("spec.scope.grantClusterRole", f"{role} is not a ClusterRole the operator may grant "
+                             f"({', '.join(policy.allowed_grant_roles)}): use sunk-scheduler-sandbox, or ask the "
+                             "operator's admin to allow it (SSB_ALLOWED_GRANT_ROLES and the RBAC `bind` rule)"))
+    if _selector_empty(spec.scheduler.pod_selector):
+        out.append(Violation("spec.scheduler.podSelector", "an empty selector matches every pod in the namespace "
+                             "(their ServiceAccounts would be granted and their Deployments rolled): select the "
+                             "scheduler's pods, e.g. matchLabels: {app.kubernetes.io/name: sunk-scheduler}"))
     sn = spec.sandbox_namespaces
     if _selector_empty(sn.selector):
         out.append(Violation("spec.sandboxNamespaces.selector", "an empty selector matches every namespace: give it "
