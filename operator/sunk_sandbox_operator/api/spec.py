@@ -21,6 +21,9 @@ SLURM_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 NUMERIC_ID_PATTERN = r"^[0-9]{1,10}$"
 DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
+# The same, or empty (a field whose empty value means "discover" or "the default").
+OPTIONAL_NAME_PATTERN = r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?)?$"
+OPTIONAL_NAMESPACE_PATTERN = r"^([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)?$"
 NAMESPACE_GLOB_PATTERN = r"^[a-z0-9*?\[\]-]{1,63}$"
 ANNOTATION_KEY_PATTERN = r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
 DOTTED_PATH_PATTERN = r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$"
@@ -115,12 +118,12 @@ class SchedulerSpec(_Model):
         default="",
         description="The scheduler name pods must carry in spec.schedulerName. Empty: discover it "
         "(SUNK 8 ConfigMap scheduler.conf .scheduler.name, then SUNK 7 --scheduler-name).",
-        pattern=r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?)?$",
+        pattern=OPTIONAL_NAME_PATTERN,
     )
     namespace: str = Field(
         default="",
         description="Namespace the scheduler runs in. Empty: the binding's namespace.",
-        pattern=r"^([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)?$",
+        pattern=OPTIONAL_NAMESPACE_PATTERN,
     )
     pod_selector: LabelSelector = Field(
         default_factory=lambda: LabelSelector(match_labels=dict(DEFAULT_SCHEDULER_POD_LABELS)),
@@ -197,7 +200,7 @@ class ConfigMapTarget(_Model):
     name: str = Field(
         default="",
         description="ConfigMap name in the scheduler namespace. Empty: the one labelled app.kubernetes.io/component=scheduler.",
-        pattern=r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?)?$",
+        pattern=OPTIONAL_NAME_PATTERN,
     )
     key: str = Field(default="scheduler.conf", description="Data key holding the YAML config.", min_length=1)
     path: str = Field(
@@ -222,7 +225,7 @@ class ApplicationTarget(_Model):
     )
 
     name: str = Field(default="", description="Application name. Required when kind is ArgoCDApplication.",
-                      pattern=r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?)?$")
+                      pattern=OPTIONAL_NAME_PATTERN)
     namespace: str = Field(default="argocd", description="Namespace of the Application.", pattern=DNS_LABEL_PATTERN)
     path: str = Field(
         default="scheduler.scope.namespaces",
@@ -256,18 +259,18 @@ class FluxTarget(_Model):
     HelmRelease consumes through spec.valuesFrom, so nobody fights over the Git-managed HelmRelease."""
 
     name: str = Field(default="", description="HelmRelease (helm.toolkit.fluxcd.io/v2) name. Required when kind is "
-                      "FluxHelmRelease.", pattern=r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?)?$")
+                      "FluxHelmRelease.", pattern=OPTIONAL_NAME_PATTERN)
     namespace: str = Field(
         default="",
         description="Namespace of the HelmRelease, and of the ConfigMap (Flux reads valuesFrom in the HelmRelease's "
         "namespace). Empty: the scheduler namespace.",
-        pattern=r"^([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)?$",
+        pattern=OPTIONAL_NAMESPACE_PATTERN,
     )
     config_map: str = Field(
         default="",
         description="The ConfigMap the operator owns (created if missing, labelled reconcile.fluxcd.io/watch: Enabled). "
         "Empty: <name>-sunk-scope.",
-        pattern=r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?)?$",
+        pattern=OPTIONAL_NAME_PATTERN,
     )
     key: str = Field(default="values.yaml", description="Data key holding the values YAML document (the valuesFrom "
                      "entry's valuesKey).", min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$")
