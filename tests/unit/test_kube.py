@@ -1,146 +1,143 @@
-"""adapters.kube without a server: API statuses become typed errors, responses are raw JSON, and each method
-calls the generated client the way the API server needs (merge patches, selectors, the status subresource);
-adapters.events posts core/v1 Events through it."""
+"""adapters.kube without a server: each method sends the REST request the API server needs (paths,
+merge patches, selectors, the status subresource, the field manager), responses are the raw JSON,
+API statuses become typed errors (adapters.kubehttp); adapters.events posts core/v1 Events through it."""
 
 from __future__ import annotations
 
 import base64
 import json
 
-import kubernetes
+import aiohttp
 import pytest
-from kubernetes.client.rest import ApiException
 
 from sunk_sandbox_operator.adapters import events
 from sunk_sandbox_operator.adapters import kube as k
+from sunk_sandbox_operator.adapters import kubehttp
 
 from tests.unit.fakes import FakeKube, binding_body
 
 
-class Response:
-    def __init__(self, obj: object) -> None:
-        self.data = json.dumps(obj).encode()
+class Recorder:
+    """Stands in for KubeHTTP: records each request, answers from `answers` (by method and path)."""
 
+    def __init__(self, answers: dict | None = None) -> None:
+        self.calls: list[tuple] = []
+        self.answers = answers or {}
 
-def failing(status: int, body: str | None, reason: str = "r"):
-    def fn(*_args, **_kwargs):
-        exc = ApiException(status=status, reason=reason)
-        exc.body = body
-        raise exc
-    return fn
+    async def request(self, method, path, params=None, body=None, content_type="application/json"):
+        self.calls.append((method, path, dict(params or {}), body, content_type))
+        answer = self.answers.get((method, path), {"items": []})
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
 
 
 @pytest.fixture
-def kube() -> k.Kube:
-    return k.Kube(kubernetes.client.ApiClient())  # nothing is sent: every API object is replaced below
+def http() -> Recorder:
+    return Recorder()
+
+
+@pytest.fixture
+def kube(http) -> k.Kube:
+    return k.Kube(http)
+
+
+OURS = {"fieldManager": "sunk-sandbox-operator"}
 
 
 @pytest.mark.parametrize("status, cls", [(404, k.NotFound), (409, k.Conflict), (403, k.Forbidden), (422, k.Invalid)])
-async def test_every_call_translates_the_same_statuses(kube, status, cls) -> None:
-    with pytest.raises(cls) as info:
-        await kube._call(failing(status, json.dumps({"message": "the server said no"})))
-    assert str(info.value) == "the server said no" and isinstance(info.value, k.KubeError)
+def test_statuses_become_typed_errors(status, cls) -> None:
+    err = kubehttp._error(status, json.dumps({"message": "the server said no"}).encode())
+    assert isinstance(err, cls) and isinstance(err, k.KubeError) and str(err) == "the server said no"
 
 
-async def test_a_status_without_a_json_message_keeps_the_reason(kube) -> None:
-    with pytest.raises(k.Conflict, match="^Conflict$"):
-        await kube._call(failing(409, "<html>proxy</html>", reason="Conflict"))
-    with pytest.raises(k.NotFound, match="^Not Found$"):
-        await kube._call(failing(404, json.dumps({"kind": "Status"}), reason="Not Found"))
+def test_other_statuses_are_api_statuses_and_a_body_without_json_is_kept_short() -> None:
+    err = kubehttp._error(500, b"<html>" + b"x" * 1000)
+    assert isinstance(err, kubehttp.ApiStatus) and err.code == 500 and len(err.message) <= 200
 
 
-async def test_other_statuses_stay_api_exceptions(kube) -> None:
-    with pytest.raises(ApiException) as info:
-        await kube._call(failing(500, None, reason="boom"))
-    assert info.value.status == 500 and not isinstance(info.value, k.KubeError)
+async def test_a_dropped_connection_is_a_transient_api_status(monkeypatch) -> None:
+    from kubernetes.client.configuration import Configuration
+
+    cfg = Configuration()
+    cfg.host = "http://127.0.0.1:9"  # nothing listens there
+    session = kubehttp.KubeHTTP(cfg)
+    try:
+        with pytest.raises(kubehttp.ApiStatus) as info:
+            await session.request("GET", "/api/v1/namespaces", timeout=5)
+        assert info.value.code == 503 and "ClientConnectorError" in info.value.message
+        assert issubclass(kubehttp.ApiStatus, k.KubeError) and not issubclass(aiohttp.ClientError, k.KubeError)
+    finally:
+        await session.close()
 
 
-async def test_responses_are_the_raw_json_the_server_sent(kube) -> None:
-    seen = {}
-
-    def fn(*args, **kwargs):
-        seen.update(args=args, kwargs=kwargs)
-        return Response({"metadata": {"resourceVersion": "7"}, "data": {"scheduler.conf": "x"}})
-
-    got = await kube._call(fn, "cm", "slurm", extra=1)
-    assert got == {"metadata": {"resourceVersion": "7"}, "data": {"scheduler.conf": "x"}}  # camelCase, as sent
-    assert seen == {"args": ("cm", "slurm"), "kwargs": {"_preload_content": False, "extra": 1}}
-
-
-class FakeApi:
-    """Stands in for one generated API object (CoreV1Api, ...): records calls, answers from `answers`."""
-
-    def __init__(self, answers: dict | None = None) -> None:
-        self.calls: list[tuple[str, tuple, dict]] = []
-        self.answers = answers or {}
-
-    def __getattr__(self, name: str):
-        def method(*args, **kwargs):
-            self.calls.append((name, args, {k: v for k, v in kwargs.items() if k != "_preload_content"}))
-            answer = self.answers.get(name, {"items": []})
-            if isinstance(answer, Exception):
-                raise answer
-            return Response(answer)
-        return method
-
-
-def _api(kube: k.Kube, **answers) -> FakeApi:
-    api = FakeApi(answers)
-    kube.core = kube.apps = kube.rbac = kube.custom = api
-    return api
-
-
-async def test_list_pods_sends_a_selector_only_when_there_is_one(kube) -> None:
-    api = _api(kube, list_namespaced_pod={"items": [{"metadata": {"name": "p"}}]})
+async def test_reads_send_the_paths_and_selectors(kube, http) -> None:
+    http.answers[("GET", "/api/v1/namespaces/slurm/pods")] = {"items": [{"metadata": {"name": "p"}}]}
     assert await kube.list_pods("slurm", "app=x") == [{"metadata": {"name": "p"}}]
     await kube.list_pods("slurm", None)
-    assert api.calls == [("list_namespaced_pod", ("slurm",), {"label_selector": "app=x"}),
-                         ("list_namespaced_pod", ("slurm",), {})]
+    await kube.list_rolebindings("sunksandbox.dev/binding=slurm.b")
+    await kube.list_bindings()
+    await kube.get_application("argocd", "app")
+    await kube.get_helmrelease("flux", "hr")
+    await kube.list_statefulsets("slurm")
+    assert [(m, p, q) for m, p, q, _, _ in http.calls] == [
+        ("GET", "/api/v1/namespaces/slurm/pods", {"labelSelector": "app=x"}),
+        ("GET", "/api/v1/namespaces/slurm/pods", {}),
+        ("GET", "/apis/rbac.authorization.k8s.io/v1/rolebindings", {"labelSelector": "sunksandbox.dev/binding=slurm.b"}),
+        ("GET", "/apis/sunksandbox.dev/v1alpha1/sunksandboxbindings", {}),
+        ("GET", "/apis/argoproj.io/v1alpha1/namespaces/argocd/applications/app", {}),
+        ("GET", "/apis/helm.toolkit.fluxcd.io/v2/namespaces/flux/helmreleases/hr", {}),
+        ("GET", "/apis/apps/v1/namespaces/slurm/statefulsets", {})]
 
 
-async def test_merge_patches_say_so(kube) -> None:
-    api = _api(kube)
+async def test_merge_patches_say_so_and_name_the_field_manager(kube, http) -> None:
     await kube.merge_patch_deployment("slurm", "sched", {"spec": {}})
     await kube.merge_patch_application("argocd", "app", {"metadata": {"resourceVersion": "3"}})
-    # ... and name the operator's field manager (managedFields say which fields are ours).
-    assert [c[2] for c in api.calls] == [{"field_manager": "sunk-sandbox-operator", "_content_type": k.MERGE_PATCH}] * 2
-    assert api.calls[0][:2] == ("patch_namespaced_deployment", ("sched", "slurm", {"spec": {}}))
-    assert api.calls[1][1] == (k.ARGO_GROUP, k.ARGO_VERSION, "argocd", k.ARGO_PLURAL, "app",
-                               {"metadata": {"resourceVersion": "3"}})
+    # managedFields then say which fields are ours.
+    assert http.calls == [
+        ("PATCH", "/apis/apps/v1/namespaces/slurm/deployments/sched", OURS, {"spec": {}}, k.MERGE_PATCH),
+        ("PATCH", "/apis/argoproj.io/v1alpha1/namespaces/argocd/applications/app", OURS,
+         {"metadata": {"resourceVersion": "3"}}, k.MERGE_PATCH)]
 
 
-async def test_status_patches_go_to_the_status_subresource(kube) -> None:
-    api = _api(kube, patch_namespaced_custom_object_status={"status": {"a": 1}})
+async def test_status_patches_go_to_the_status_subresource(kube, http) -> None:
+    path = "/apis/sunksandbox.dev/v1alpha1/namespaces/slurm/sunksandboxbindings/b/status"
+    http.answers[("PATCH", path)] = {"status": {"a": 1}}
     assert await kube.patch_binding_status("slurm", "b", {"a": 1}) == {"status": {"a": 1}}
-    name, args, _ = api.calls[0]
-    assert name == "patch_namespaced_custom_object_status"
-    assert args == ("sunksandbox.dev", "v1alpha1", "slurm", "sunksandboxbindings", "b", {"status": {"a": 1}})
+    assert http.calls == [("PATCH", path, OURS, {"status": {"a": 1}}, k.MERGE_PATCH)]
 
 
-async def test_read_secret_key_decodes_and_strips(kube) -> None:
-    _api(kube, read_namespaced_secret={"data": {"token": base64.b64encode(b"s3cret\n").decode()}})
+async def test_the_scope_target_is_replaced_with_its_precondition(kube, http) -> None:
+    body = {"metadata": {"name": "cm", "resourceVersion": "7"}, "data": {}}
+    await kube.replace_configmap("slurm", "cm", body)
+    assert http.calls == [("PUT", "/api/v1/namespaces/slurm/configmaps/cm", OURS, body, "application/json")]
+
+
+async def test_read_secret_key_decodes_and_strips(kube, http) -> None:
+    http.answers[("GET", "/api/v1/namespaces/slurm/secrets/s")] = {
+        "data": {"token": base64.b64encode(b"s3cret\n").decode()}}
     assert await kube.read_secret_key("slurm", "s", "token") == "s3cret"
     with pytest.raises(KeyError):
         await kube.read_secret_key("slurm", "s", "other")
+    assert await kube.secret_has_key("slurm", "s", "token") and not await kube.secret_has_key("slurm", "s", "x")
 
 
-async def test_delete_of_a_rolebinding_already_gone_is_fine(kube) -> None:
-    gone = ApiException(status=404, reason="Not Found")
-    gone.body = json.dumps({"message": "not found"})
-    _api(kube, delete_namespaced_role_binding=gone)
+async def test_delete_of_a_rolebinding_already_gone_is_fine(kube, http) -> None:
+    path = "/apis/rbac.authorization.k8s.io/v1/namespaces/ds-a/rolebindings/rb"
+    http.answers[("DELETE", path)] = k.NotFound("not found")
     assert await kube.delete_rolebinding("ds-a", "rb") is None
-    denied = ApiException(status=403, reason="Forbidden")
-    denied.body = None
-    _api(kube, delete_namespaced_role_binding=denied)
+    http.answers[("DELETE", path)] = k.Forbidden("no")
     with pytest.raises(k.Forbidden):
         await kube.delete_rolebinding("ds-a", "rb")
 
 
-async def test_list_rolebindings_is_cluster_wide_by_label(kube) -> None:
-    api = _api(kube)
-    await kube.list_rolebindings("sunksandbox.dev/binding=slurm.b")
-    assert api.calls == [("list_role_binding_for_all_namespaces", (),
-                          {"label_selector": "sunksandbox.dev/binding=slurm.b"})]
+async def test_a_subject_access_review_asks_for_the_service_account(kube, http) -> None:
+    http.answers[("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews")] = {"status": {"allowed": True}}
+    assert await kube.service_account_may("slurm", "sched", "create", "pods", "ds-a", "binding")
+    (_, _, _, body, _), = http.calls
+    assert body["spec"]["user"] == "system:serviceaccount:slurm:sched"
+    assert body["spec"]["resourceAttributes"] == {"verb": "create", "resource": "pods", "namespace": "ds-a",
+                                                  "subresource": "binding"}
 
 
 # ---------------------------------------------------------------- events, posted by the operator itself
@@ -184,24 +181,24 @@ def test_the_fake_kube_of_the_unit_tests_has_the_real_ones_methods() -> None:
 WRITES = {"patch_binding_status": ("ns", "b", {}), "replace_configmap": ("ns", "cm", {}),
           "create_configmap": ("ns", {"metadata": {"name": "cm"}}), "delete_configmap": ("ns", "cm"),
           "merge_patch_deployment": ("ns", "d", {}), "merge_patch_application": ("ns", "a", {}),
+          "merge_patch_statefulset": ("ns", "s", {}),
           "create_event": ("ns", {}), "create_rolebinding": ("ns", {}), "delete_rolebinding": ("ns", "rb")}
 
 
 @pytest.mark.parametrize("method", sorted(WRITES))
-async def test_every_write_is_refused_while_not_leading_and_nothing_is_sent(kube, method) -> None:
-    sent = []
-    kube._call = lambda *a, **kw: sent.append(a)  # would record a request; must never be reached
+async def test_every_write_is_refused_while_not_leading_and_nothing_is_sent(kube, http, method) -> None:
     kube.writable = lambda: False
     with pytest.raises(k.NotLeader):
         await getattr(kube, method)(*WRITES[method])
-    assert sent == []
+    assert http.calls == []
 
 
-async def test_reads_and_the_lease_are_not_gated(kube) -> None:
+async def test_reads_and_the_lease_are_not_gated(kube, http) -> None:
     kube.writable = lambda: False
-
-    async def answer(*_a, **_kw):
-        return {"items": []}
-    kube._call = answer
     assert await kube.list_configmaps("ns") == []
     assert await kube.get_lease("ns", "l") == {"items": []}  # the elector needs the Lease while standing by
+    await kube.replace_lease("ns", "l", {"metadata": {"resourceVersion": "1"}})
+    assert [c[:2] for c in http.calls] == [
+        ("GET", "/api/v1/namespaces/ns/configmaps"),
+        ("GET", "/apis/coordination.k8s.io/v1/namespaces/ns/leases/l"),
+        ("PUT", "/apis/coordination.k8s.io/v1/namespaces/ns/leases/l")]

@@ -11,14 +11,11 @@ import asyncio
 import copy
 import datetime as dt
 import heapq
-import json
 import random
 import re
 from typing import Callable
 
-import kubernetes
 import pytest
-from kubernetes.client.rest import ApiException
 
 from sunk_sandbox_operator.adapters import kube as k
 from sunk_sandbox_operator.controller.leader import (
@@ -610,34 +607,20 @@ def test_identity_and_micro_time() -> None:
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", micro_time_now())
 
 
-class _Response:
-    def __init__(self, obj: object) -> None:
-        self.data = json.dumps(obj).encode()
-
-
 async def test_kube_lease_calls_use_coordination_v1() -> None:
-    kube = k.Kube(kubernetes.client.ApiClient())
-    assert isinstance(kube._leases(), kubernetes.client.CoordinationV1Api) and kube._leases() is kube._leases()
     seen: list[tuple] = []
 
-    class Stub:
-        def read_namespaced_lease(self, *args, **kwargs):
-            seen.append(("read", args, kwargs))
-            return _Response({"kind": "Lease", "spec": {"holderIdentity": "a"}})
+    class HTTP:
+        async def request(self, method, path, params=None, body=None, content_type="application/json"):
+            seen.append((method, path, body))
+            if method == "PUT":
+                raise k.Conflict("the object has been modified")
+            return body if method == "POST" else {"kind": "Lease", "spec": {"holderIdentity": "a"}}
 
-        def create_namespaced_lease(self, *args, **kwargs):
-            seen.append(("create", args, kwargs))
-            return _Response(args[1])
-
-        def replace_namespaced_lease(self, *args, **kwargs):
-            exc = ApiException(status=409, reason="Conflict")
-            exc.body = json.dumps({"message": "the object has been modified"})
-            raise exc
-
-    kube.__dict__["_coordination"] = Stub()
+    kube = k.Kube(HTTP())
     assert await kube.get_lease(NS, NAME) == {"kind": "Lease", "spec": {"holderIdentity": "a"}}
     assert await kube.create_lease(NS, {"metadata": {"name": NAME}}) == {"metadata": {"name": NAME}}
-    assert seen == [("read", (NAME, NS), {"_preload_content": False}),
-                    ("create", (NS, {"metadata": {"name": NAME}}), {"_preload_content": False})]
+    leases = f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases"
+    assert seen == [("GET", f"{leases}/{NAME}", None), ("POST", leases, {"metadata": {"name": NAME}})]
     with pytest.raises(k.Conflict, match="modified"):
         await kube.replace_lease(NS, NAME, {"metadata": {"name": NAME, "resourceVersion": "1"}})

@@ -1,21 +1,21 @@
 """Kubernetes access: raw camelCase dicts in and out, typed errors, nothing decided here.
 
-The `kubernetes` client is synchronous; every call runs in a worker thread so the event loop
-never blocks. Responses are read with `_preload_content=False` and parsed as JSON, so the core
-sees exactly what the API server sent (camelCase), as in tests and fixtures. One `Kube` is
-built at start-up and handed around in the controller context (no module-level client).
+Every call is one REST request on the event loop through the operator's HTTP session
+(adapters/kubehttp.py: aiohttp, authenticated from the kubernetes client's `Configuration`), so
+the core sees exactly what the API server sent (camelCase), as in tests and fixtures. The
+generated API classes are not used: instantiating the six the operator needed imported 317 model
+modules, about 27 MiB of the process. One `Kube` is built at start-up and handed around in the
+controller context (no module-level client).
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import json
 import os
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, Protocol
 
-import kubernetes
-from kubernetes.client.rest import ApiException
+import kubernetes.config
+from kubernetes.client.configuration import Configuration
 
 from ..api import keys
 
@@ -48,76 +48,77 @@ class NotLeader(KubeError):
     """A write was attempted while this replica does not hold the leader Lease: refused locally."""
 
 
-def _translate(exc: ApiException) -> Exception:
-    kind = {404: NotFound, 409: Conflict, 403: Forbidden, 422: Invalid}.get(exc.status)
-    return kind(_reason(exc)) if kind else exc
+class HTTP(Protocol):
+    """What Kube needs of the session (adapters/kubehttp.KubeHTTP; a recorder in unit tests)."""
+
+    async def request(self, method: str, path: str, params: Mapping[str, str] | None = None,
+                      body: Any = None, content_type: str = "application/json") -> dict: ...
 
 
-def _reason(exc: ApiException) -> str:
-    try:
-        return json.loads(exc.body).get("message") or str(exc.reason)
-    except Exception:
-        return str(exc.reason)
-
-
-def load_api_client() -> kubernetes.client.ApiClient:
+def load_configuration() -> Configuration:
     """In-cluster credentials in a pod, else KUBECONFIG."""
-    cfg = kubernetes.client.Configuration()
+    cfg = Configuration()
     if os.environ.get("KUBERNETES_SERVICE_HOST") and not os.environ.get("KUBECONFIG"):
         kubernetes.config.load_incluster_config(client_configuration=cfg)
     else:
         kubernetes.config.load_kube_config(client_configuration=cfg)
-    cfg.connection_pool_maxsize = 32
-    return kubernetes.client.ApiClient(cfg)
+    return cfg
+
+
+def _ns(namespace: str, plural: str, name: str = "", group: str = "", version: str = "v1") -> str:
+    base = f"/apis/{group}/{version}" if group else "/api/v1"
+    return f"{base}/namespaces/{namespace}/{plural}" + (f"/{name}" if name else "")
+
+
+OURS = {"fieldManager": keys.FIELD_MANAGER}
+RBAC = "rbac.authorization.k8s.io"
 
 
 class Kube:
     """The reads and writes the operator makes, as coroutines."""
 
-    def __init__(self, api_client: kubernetes.client.ApiClient) -> None:
-        self.api_client = api_client
+    def __init__(self, http: HTTP) -> None:
+        self.http = http
         # The write gate: leader election opens it while this replica leads. Every write below
         # checks it first, so a replica that lost its Lease writes nothing, whatever is in flight.
         self.writable: Callable[[], bool] = lambda: True
-        # The scope target is read and replaced on every burst write: when set (KubeHTTP), those
-        # two calls stream JSON on the event loop instead of going through the generated client.
-        self.http: Any = None
-        self.core = kubernetes.client.CoreV1Api(api_client)
-        self.apps = kubernetes.client.AppsV1Api(api_client)
-        self.rbac = kubernetes.client.RbacAuthorizationV1Api(api_client)
-        self.custom = kubernetes.client.CustomObjectsApi(api_client)
-        self.authz = kubernetes.client.AuthorizationV1Api(api_client)
 
     def check_writable(self) -> None:
         if not self.writable():
             raise NotLeader("this replica is not the leader: nothing is written")
 
-    async def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict:
-        def run() -> dict:
-            try:
-                return json.loads(fn(*args, _preload_content=False, **kwargs).data)
-            except ApiException as exc:
-                raise _translate(exc) from None
+    async def _get(self, path: str, params: Mapping[str, str] | None = None) -> dict:
+        return await self.http.request("GET", path, params)
 
-        return await asyncio.to_thread(run)
+    async def _items(self, path: str, params: Mapping[str, str] | None = None) -> list[dict]:
+        return (await self._get(path, params)).get("items") or []
+
+    async def _write(self, method: str, path: str, body: Any, *, content_type: str = "application/json",
+                     params: Mapping[str, str] | None = None) -> dict:
+        self.check_writable()
+        return await self.http.request(method, path, params, body, content_type)
+
+    async def _delete(self, path: str) -> None:
+        self.check_writable()
+        try:
+            await self.http.request("DELETE", path)
+        except NotFound:
+            pass
 
     # ------------------------------------------------------------ reads
 
     async def list_pods(self, namespace: str, label_selector: str | None) -> list[dict]:
-        kwargs = {"label_selector": label_selector} if label_selector else {}
-        return (await self._call(self.core.list_namespaced_pod, namespace, **kwargs))["items"]
+        return await self._items(_ns(namespace, "pods"), {"labelSelector": label_selector} if label_selector else None)
 
     async def list_configmaps(self, namespace: str) -> list[dict]:
-        return (await self._call(self.core.list_namespaced_config_map, namespace))["items"]
+        return await self._items(_ns(namespace, "configmaps"))
 
     async def get_configmap(self, namespace: str, name: str) -> dict:
-        if self.http is not None:
-            return await self.http.get(f"/api/v1/namespaces/{namespace}/configmaps/{name}", {})
-        return await self._call(self.core.read_namespaced_config_map, name, namespace)
+        return await self._get(_ns(namespace, "configmaps", name))
 
     async def read_secret_key(self, namespace: str, name: str, key: str) -> str:
         """The decoded value of one Secret key (never logged by callers). KeyError when absent."""
-        secret = await self._call(self.core.read_namespaced_secret, name, namespace)
+        secret = await self._get(_ns(namespace, "secrets", name))
         raw = (secret.get("data") or {}).get(key)
         if raw is None:
             raise KeyError(key)
@@ -126,7 +127,7 @@ class Kube:
     async def secret_has_key(self, namespace: str, name: str, key: str) -> bool:
         """Whether a Secret holds a non-empty key (admission warnings): the value is neither decoded
         nor returned. NotFound / Forbidden as for any read."""
-        secret = await self._call(self.core.read_namespaced_secret, name, namespace)
+        secret = await self._get(_ns(namespace, "secrets", name))
         return bool((secret.get("data") or {}).get(key))
 
     async def service_account_may(self, sa_namespace: str, sa_name: str, verb: str, resource: str,
@@ -139,106 +140,78 @@ class Kube:
             "user": f"system:serviceaccount:{sa_namespace}:{sa_name}",
             "groups": ["system:serviceaccounts", f"system:serviceaccounts:{sa_namespace}", "system:authenticated"],
             "resourceAttributes": attrs}}
-        answer = await self._call(self.authz.create_subject_access_review, body)
+        # A review writes nothing (the API server answers and forgets it): a standby may ask too.
+        answer = await self.http.request("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", None, body)
         return bool((answer.get("status") or {}).get("allowed"))
 
     async def list_statefulsets(self, namespace: str) -> list[dict]:
-        return (await self._call(self.apps.list_namespaced_stateful_set, namespace))["items"]
-
-    async def merge_patch_statefulset(self, namespace: str, name: str, patch: dict) -> dict:
-        self.check_writable()
-        return await self._call(self.apps.patch_namespaced_stateful_set, name, namespace, patch,
-                                field_manager=keys.FIELD_MANAGER, _content_type=MERGE_PATCH)
+        return await self._items(_ns(namespace, "statefulsets", group="apps"))
 
     async def list_deployments(self, namespace: str) -> list[dict]:
-        return (await self._call(self.apps.list_namespaced_deployment, namespace))["items"]
+        return await self._items(_ns(namespace, "deployments", group="apps"))
 
     async def list_bindings(self) -> list[dict]:
-        return (await self._call(self.custom.list_cluster_custom_object, keys.GROUP, keys.VERSION, keys.PLURAL))["items"]
+        return await self._items(f"/apis/{keys.GROUP}/{keys.VERSION}/{keys.PLURAL}")
 
     async def get_application(self, namespace: str, name: str) -> dict:
-        return await self._call(self.custom.get_namespaced_custom_object, ARGO_GROUP, ARGO_VERSION, namespace,
-                                ARGO_PLURAL, name)
+        return await self._get(_ns(namespace, ARGO_PLURAL, name, ARGO_GROUP, ARGO_VERSION))
 
     async def get_helmrelease(self, namespace: str, name: str) -> dict:
         """A Flux HelmRelease (read only: the FluxHelmRelease target writes the ConfigMap it consumes)."""
-        return await self._call(self.custom.get_namespaced_custom_object, FLUX_GROUP, FLUX_VERSION, namespace,
-                                FLUX_PLURAL, name)
+        return await self._get(_ns(namespace, FLUX_PLURAL, name, FLUX_GROUP, FLUX_VERSION))
 
     async def list_rolebindings(self, label_selector: str) -> list[dict]:
-        return (await self._call(self.rbac.list_role_binding_for_all_namespaces, label_selector=label_selector))["items"]
+        return await self._items(f"/apis/{RBAC}/v1/rolebindings", {"labelSelector": label_selector})
 
     # ------------------------------------------------------------ writes
 
     async def patch_binding_status(self, namespace: str, name: str, status_patch: dict) -> dict:
-        self.check_writable()
-        return await self._call(self.custom.patch_namespaced_custom_object_status, keys.GROUP, keys.VERSION,
-                                namespace, keys.PLURAL, name, {"status": status_patch})
+        path = _ns(namespace, keys.PLURAL, name, keys.GROUP, keys.VERSION) + "/status"
+        return await self._write("PATCH", path, {"status": status_patch}, content_type=MERGE_PATCH, params=OURS)
 
     async def replace_configmap(self, namespace: str, name: str, body: dict) -> dict:
         """PUT with the body's resourceVersion as precondition (409 → Conflict, 422 → Invalid)."""
-        self.check_writable()
-        if self.http is not None:
-            return await self.http.put(f"/api/v1/namespaces/{namespace}/configmaps/{name}", body,
-                                       params={"fieldManager": keys.FIELD_MANAGER})
-        return await self._call(self.core.replace_namespaced_config_map, name, namespace, body,
-                                field_manager=keys.FIELD_MANAGER)
+        return await self._write("PUT", _ns(namespace, "configmaps", name), body, params=OURS)
 
     async def create_configmap(self, namespace: str, body: dict) -> dict:
-        self.check_writable()
-        return await self._call(self.core.create_namespaced_config_map, namespace, body)
+        return await self._write("POST", _ns(namespace, "configmaps"), body, params=OURS)
 
     async def delete_configmap(self, namespace: str, name: str) -> None:
-        self.check_writable()
-        try:
-            await self._call(self.core.delete_namespaced_config_map, name, namespace)
-        except NotFound:
-            pass
+        await self._delete(_ns(namespace, "configmaps", name))
 
     async def merge_patch_deployment(self, namespace: str, name: str, patch: dict) -> dict:
-        """JSON merge patch (the generated client would pick json-patch for a dict body)."""
-        self.check_writable()
-        return await self._call(self.apps.patch_namespaced_deployment, name, namespace, patch,
-                                field_manager=keys.FIELD_MANAGER, _content_type=MERGE_PATCH)
+        return await self._write("PATCH", _ns(namespace, "deployments", name, "apps"), patch,
+                                 content_type=MERGE_PATCH, params=OURS)
+
+    async def merge_patch_statefulset(self, namespace: str, name: str, patch: dict) -> dict:
+        return await self._write("PATCH", _ns(namespace, "statefulsets", name, "apps"), patch,
+                                 content_type=MERGE_PATCH, params=OURS)
 
     async def merge_patch_application(self, namespace: str, name: str, patch: dict) -> dict:
         """JSON merge patch of an Argo CD Application; metadata.resourceVersion in it is a precondition."""
-        self.check_writable()
-        return await self._call(self.custom.patch_namespaced_custom_object, ARGO_GROUP, ARGO_VERSION, namespace,
-                                ARGO_PLURAL, name, patch, field_manager=keys.FIELD_MANAGER,
-                                _content_type=MERGE_PATCH)
+        return await self._write("PATCH", _ns(namespace, ARGO_PLURAL, name, ARGO_GROUP, ARGO_VERSION), patch,
+                                 content_type=MERGE_PATCH, params=OURS)
 
     async def create_event(self, namespace: str, body: dict) -> dict:
-        self.check_writable()
-        return await self._call(self.core.create_namespaced_event, namespace, body)
+        return await self._write("POST", _ns(namespace, "events"), body)
 
     async def create_rolebinding(self, namespace: str, body: dict) -> dict:
-        self.check_writable()
-        return await self._call(self.rbac.create_namespaced_role_binding, namespace, body)
+        return await self._write("POST", _ns(namespace, "rolebindings", group=RBAC), body, params=OURS)
 
     async def delete_rolebinding(self, namespace: str, name: str) -> None:
-        self.check_writable()
-        try:
-            await self._call(self.rbac.delete_namespaced_role_binding, name, namespace)
-        except NotFound:
-            pass
+        await self._delete(_ns(namespace, "rolebindings", name, RBAC))
 
     # ------------------------------------------------------------ leases (leader election)
-
-    def _leases(self) -> kubernetes.client.CoordinationV1Api:
-        api = self.__dict__.get("_coordination")
-        if api is None:
-            api = self.__dict__["_coordination"] = kubernetes.client.CoordinationV1Api(self.api_client)
-        return api
+    # Not behind the write gate: taking and renewing the Lease is how a replica becomes the writer.
 
     async def get_lease(self, namespace: str, name: str) -> dict:
         """A coordination.k8s.io/v1 Lease (404 → NotFound)."""
-        return await self._call(self._leases().read_namespaced_lease, name, namespace)
+        return await self._get(_ns(namespace, "leases", name, "coordination.k8s.io"))
 
     async def create_lease(self, namespace: str, body: dict) -> dict:
         """409 (already exists) → Conflict."""
-        return await self._call(self._leases().create_namespaced_lease, namespace, body)
+        return await self.http.request("POST", _ns(namespace, "leases", group="coordination.k8s.io"), None, body)
 
     async def replace_lease(self, namespace: str, name: str, body: dict) -> dict:
         """PUT with the body's resourceVersion as precondition (409 → Conflict)."""
-        return await self._call(self._leases().replace_namespaced_lease, name, namespace, body)
+        return await self.http.request("PUT", _ns(namespace, "leases", name, "coordination.k8s.io"), None, body)

@@ -1,9 +1,10 @@
-"""Streaming Kubernetes HTTP for the informers: aiohttp, authenticated like the kubernetes client.
+"""The operator's Kubernetes HTTP session: aiohttp, authenticated like the kubernetes client.
 
-The generated client is synchronous and builds a model object per item; a LIST of 50,000 pods
-or a long WATCH needs neither. This session reuses the client's `Configuration` (server, CA,
+Every request the operator makes goes through it: the informers' paginated LISTs and WATCHes and
+each read and write of adapters/kube.py. It reuses the client's `Configuration` (server, CA,
 client certificate, bearer token — refreshed through its hook, so a rotated in-cluster token is
-picked up) and hands back parsed JSON pages and watch lines.
+picked up) and hands back parsed JSON; API statuses become the typed errors of adapters/kube.py,
+a dropped connection an `ApiStatus` 503 (transient, retried by the caller).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import ssl
 from typing import Any, AsyncIterator, Mapping
 
 import aiohttp
-import kubernetes
+from kubernetes.client.configuration import Configuration
 
 from . import kube as k
 
@@ -26,7 +27,7 @@ class ApiStatus(k.KubeError):
         self.code, self.message = code, message
 
 
-def _ssl_context(cfg: kubernetes.client.Configuration) -> ssl.SSLContext | bool:
+def _ssl_context(cfg: Configuration) -> ssl.SSLContext | bool:
     if not cfg.verify_ssl:
         return False
     ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert) if cfg.ssl_ca_cert else ssl.create_default_context()
@@ -36,7 +37,7 @@ def _ssl_context(cfg: kubernetes.client.Configuration) -> ssl.SSLContext | bool:
 
 
 class KubeHTTP:
-    def __init__(self, cfg: kubernetes.client.Configuration) -> None:
+    def __init__(self, cfg: Configuration) -> None:
         self.cfg = cfg
         self.base = cfg.host.rstrip("/")
         self._ssl = _ssl_context(cfg)
@@ -57,23 +58,25 @@ class KubeHTTP:
             self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=self._ssl, limit=0))
         return self._session
 
+    async def request(self, method: str, path: str, params: Mapping[str, str] | None = None, body: Any = None,
+                      content_type: str = "application/json", headers: Mapping[str, str] | None = None,
+                      timeout: float = 60.0) -> dict:
+        extra = {**(headers or {}), **({"Content-Type": content_type} if body is not None else {})}
+        data = json.dumps(body, separators=(",", ":")) if body is not None else None
+        try:
+            async with self.session().request(method, self.base + path, params=params, data=data,
+                                              headers=self._headers(extra),
+                                              timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
+                answer = await resp.read()
+                if resp.status >= 300:
+                    raise _error(resp.status, answer)
+                return json.loads(answer) if answer else {}
+        except aiohttp.ClientError as exc:  # a dropped or refused connection: transient, like a 503
+            raise ApiStatus(503, f"{type(exc).__name__}: {exc}") from None
+
     async def get(self, path: str, params: Mapping[str, str], headers: Mapping[str, str] | None = None,
                   timeout: float = 60.0) -> dict:
-        async with self.session().get(self.base + path, params=params, headers=self._headers(headers),
-                                      timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
-            body = await resp.read()
-            if resp.status >= 300:
-                raise _error(resp.status, body)
-            return json.loads(body)
-
-    async def put(self, path: str, body: dict, timeout: float = 60.0, params: Mapping[str, str] | None = None) -> dict:
-        async with self.session().put(self.base + path, data=json.dumps(body, separators=(",", ":")), params=params,
-                                      headers=self._headers({"Content-Type": "application/json"}),
-                                      timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
-            answer = await resp.read()
-            if resp.status >= 300:
-                raise _error(resp.status, answer)
-            return json.loads(answer)
+        return await self.request("GET", path, params, headers=headers, timeout=timeout)
 
     async def watch(self, path: str, params: Mapping[str, str], headers: Mapping[str, str] | None = None,
                     timeout: float = 330.0) -> AsyncIterator[dict]:

@@ -13,7 +13,7 @@ import random
 import kopf
 
 from ..adapters.informer import Informer, Resource
-from ..adapters.kube import Kube, load_api_client
+from ..adapters.kube import Kube, load_configuration
 from ..adapters.kubehttp import KubeHTTP
 from ..adapters.ownership import OwnershipStore
 from ..api import keys
@@ -39,15 +39,13 @@ async def start(logger: logging.Logger, config: Config | None = None) -> Context
     """Build the context and start the Namespace and sandbox-Pod informers (our own LIST + WATCH:
     kopf keeps only the bindings, so no per-object kopf machinery runs for 50,000 pods)."""
     config = config or load()
-    api_client = load_api_client()
-    kube = Kube(api_client)
+    http = KubeHTTP(load_configuration())  # one session for every request the operator makes
+    kube = Kube(http)
     ctx = Context(config=config, kube=kube, failpoints=Failpoints(config.failpoints),
                   ownership=OwnershipStore(kube, config.operator_namespace))
     if config.metrics_port:
         await ctx.metrics.serve(config.metrics_port, config.metrics_address)
         logger.info("metrics on %s:%d/metrics", config.metrics_address, config.metrics_port)
-    http = KubeHTTP(api_client.configuration)
-    kube.http = http
     ctx.informers = [
         Informer(http, Resource("/api/v1/namespaces", metadata_only=True),
                  lambda kind, body: watch.on_namespace(ctx, kind, body), ctx.namespaces.keys,

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 
-from kubernetes.client.rest import ApiException
 
 from ..adapters import kube as k
 from ..adapters.runnerapi import client as rc
@@ -143,7 +142,7 @@ async def sync(ctx: Context, state: BindingState, scheduler_name: str | None) ->
         report = decide.PolicyReport("False", PolicySynced.CREDENTIALS_MISSING, str(exc))
     except rerr.RunnerAPIError as err:
         report = decide.api_error(err.code, err.message)
-    except (k.KubeError, ApiException, OSError) as exc:  # the ownership record: stays on this condition
+    except (k.KubeError, OSError) as exc:  # the ownership record: stays on this condition
         report = decide.PolicyReport("False", PolicySynced.RECORD_FAILED,
                                      f"the ownership record could not be read or written ({exc}); nothing was "
                                      "written to the runner policy")

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import logging
 
-from kubernetes.client.rest import ApiException
-
 from ..adapters import kube as k
 from ..adapters import scheduler as sched
 from ..api.reasons import CONDITION_TYPES, Common
@@ -28,7 +26,7 @@ log = logging.getLogger("sunk_sandbox_operator")
 
 # A failing Kubernetes read (a 500, a 429, a timeout, the API server away) reported on one
 # condition and retried with backoff, never an aborted reconcile.
-TRANSIENT_ERRORS = (k.KubeError, ApiException, OSError, TimeoutError)
+TRANSIENT_ERRORS = (k.KubeError, OSError, TimeoutError)
 
 
 def resync_seconds(state: BindingState) -> float:
