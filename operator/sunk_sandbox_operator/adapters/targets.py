@@ -71,15 +71,15 @@ class ScopeTarget(Protocol):
 
 
 @contextmanager
-def _reading(target: "ScopeTarget", what: str) -> Iterator[None]:
+def _reading(target: "ScopeTarget", what: str, field: str = "spec.scope.target",
+             denied: str | None = None) -> Iterator[None]:
     """The API's answers to a read, as the problems ScopeSynced reports (with the fix)."""
     try:
         yield
     except k.NotFound:
-        raise TargetProblem(ScopeSynced.TARGET_NOT_FOUND, f"{what} not found: create it or fix "
-                            "spec.scope.target") from None
+        raise TargetProblem(ScopeSynced.TARGET_NOT_FOUND, f"{what} not found: create it or fix {field}") from None
     except k.Forbidden as exc:
-        raise TargetProblem(ScopeSynced.FORBIDDEN, f"the operator may not read {target.describe()}: {exc}; "
+        raise TargetProblem(ScopeSynced.FORBIDDEN, f"the operator may not read {denied or target.describe()}: {exc}; "
                             f"{grant_targets(target.namespace)}") from None
 
 
@@ -289,14 +289,9 @@ class FluxTarget:
 
     async def read(self) -> TargetRead:
         hr = f"HelmRelease {self.namespace}/{self.helm_release}"
-        try:
+        with _reading(self, f"Flux {hr}", "spec.scope.target.helmRelease (a helm.toolkit.fluxcd.io/v2 HelmRelease)",
+                      denied=hr):
             release = await self.kube.get_helmrelease(self.namespace, self.helm_release)
-        except k.NotFound:
-            raise TargetProblem(ScopeSynced.TARGET_NOT_FOUND, f"Flux {hr} not found (helm.toolkit.fluxcd.io/v2): "
-                                "create it or fix spec.scope.target.helmRelease") from None
-        except k.Forbidden as exc:
-            raise TargetProblem(ScopeSynced.FORBIDDEN, f"the operator may not read {hr}: {exc}; "
-                                f"{grant_targets(self.namespace)}") from None
         inline_type = self._check_release(release)
         with _reading(self, f"ConfigMap {self.namespace}/{self.name}"):
             try:
