@@ -80,6 +80,26 @@ async def test_the_echo_of_our_own_write_wakes_nobody(harness) -> None:
     assert state.wake.is_set()
 
 
+async def test_echoes_of_a_burst_of_our_writes_wake_nobody_but_a_foreign_write_among_them_does(harness) -> None:
+    h = harness()
+    state = h.binding(binding_body())
+    watched = Watched("ConfigMap", "slurm")
+
+    def event(rv: str) -> None:
+        h.ctx.depends.event(watched, "MODIFIED", {"metadata": {"namespace": "slurm", "name": "cm", "resourceVersion": rv}})
+    for rv in ("41", "42", "43"):
+        h.ctx.depends.wrote("ConfigMap", "slurm", "cm", rv)  # group commit: writes answered back to back
+    for rv in ("41", "42", "43"):
+        event(rv)  # ... their echoes arrive after the last answer
+    await asyncio.sleep(WAIT)
+    assert not state.wake.is_set()  # not a full reconcile per write of a burst
+    h.ctx.depends.wrote("ConfigMap", "slurm", "cm", "45")
+    event("44")  # someone else's write between two of ours, all within one kick window
+    event("45")
+    await asyncio.sleep(WAIT)
+    assert state.wake.is_set()
+
+
 async def test_an_application_event_concerns_the_binding_targeting_it(harness) -> None:
     h = harness()
     argo = h.binding(binding_body(scope={"target": {"kind": "ArgoCDApplication", "application": {"name": "slurm"}}}))

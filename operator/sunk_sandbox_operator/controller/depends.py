@@ -15,6 +15,7 @@ wakes nobody. Secrets are never watched (get-only): CredentialsMissing retries w
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
@@ -33,6 +34,7 @@ log = logging.getLogger("sunk_sandbox_operator")
 
 # Events closer together than this make one reconcile (a Helm upgrade touches several objects).
 KICK_SECONDS = 0.2
+OWN_WRITES_KEPT = 64  # per object: more than the writes of one burst whose echoes are still on the way
 
 ObjKey = tuple[str, str, str]  # (kind, namespace, name)
 
@@ -113,8 +115,10 @@ class Dependencies:
         self._running: dict[Watched, tuple[Informer, asyncio.Task, dict[str, str]]] = {}
         ctx.metrics.dependency_watches.set_function(lambda: len(self._running))
         ctx.metrics.dependency_objects.set_function(self.objects)
-        # The resourceVersion of the last write the operator made to each object: its echo wakes nobody.
-        self.own_writes: dict[ObjKey, str] = {}
+        # The resourceVersions of the operator's recent writes to each object: their echoes wake
+        # nobody. Several, not the last only: during a burst the watch delivers the echo of one
+        # write after the next one has been answered.
+        self.own_writes: dict[ObjKey, collections.deque[str]] = {}
 
     @property
     def watches(self) -> list[Watched]:
@@ -125,7 +129,11 @@ class Dependencies:
 
     def wrote(self, kind: str, namespace: str, name: str, resource_version: str | None) -> None:
         if resource_version:
-            self.own_writes[(kind, namespace, name)] = resource_version
+            self.own_writes.setdefault((kind, namespace, name), collections.deque(maxlen=OWN_WRITES_KEPT)) \
+                .append(resource_version)
+
+    def ours(self, obj: ObjKey, resource_version: str) -> bool:
+        return resource_version in self.own_writes.get(obj, ())
 
     def refresh(self) -> None:
         want: set[Watched] = set()
@@ -188,14 +196,14 @@ class Dependencies:
 def kick(ctx: Context, state: BindingState, obj: ObjKey, resource_version: str) -> None:
     """Wake the binding's reconcile soon; events within KICK_SECONDS make one reconcile. Checked when
     the timer fires, so the answer to our own write has arrived before its echo is judged."""
-    state.kicks[obj] = resource_version
+    state.kicks.setdefault(obj, set()).add(resource_version)
     if state.kick_handle is not None:
         return
 
     def fire() -> None:
         state.kick_handle = None
         pending, state.kicks = state.kicks, {}
-        foreign = [o for o, rv in pending.items() if ctx.depends.own_writes.get(o) != rv]
+        foreign = [o for o, rvs in pending.items() if any(not ctx.depends.ours(o, rv) for rv in rvs)]
         if foreign and ctx.bindings.is_current(state):
             ctx.metrics.dependency_wakes.inc()
             state.wake.set()

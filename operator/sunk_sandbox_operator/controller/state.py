@@ -102,7 +102,7 @@ class BindingState:
     flush_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     counters: BindingCounters = field(default_factory=BindingCounters)
     deleted: bool = False
-    kicks: dict = field(default_factory=dict)            # dependency events not yet acted on: obj -> rv
+    kicks: dict = field(default_factory=dict)            # dependency events not yet acted on: obj -> {rv}
     kick_handle: asyncio.TimerHandle | None = None       # the pending wake for them (controller/depends.py)
     excluded: Callable[[str], bool] | None = None         # system namespaces: never matched by glob/selector
     _matcher: tuple[BindingSpec, Matcher] | None = None
