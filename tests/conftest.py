@@ -61,6 +61,18 @@ class Kube:
         return self.custom.get_namespaced_custom_object("sunksandbox.dev", "v1alpha1", namespace,
                                                         "sunksandboxbindings", name)
 
+    def binding_exists(self, namespace: str, name: str) -> bool:
+        """False once the API server has removed it (404); any other error is raised."""
+        from kubernetes.client.rest import ApiException
+
+        try:
+            self.binding(namespace, name)
+            return True
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+
     def create_binding(self, namespace: str, name: str, spec: dict) -> dict:
         body = {"apiVersion": "sunksandbox.dev/v1alpha1", "kind": "SunkSandboxBinding",
                 "metadata": {"name": name, "namespace": namespace}, "spec": spec}

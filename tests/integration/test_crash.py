@@ -201,13 +201,7 @@ def add_list_entry(text: str, entry: str) -> str:
 
 
 def binding_gone(kube: Kube, ns: str, name: str = BINDING) -> bool:
-    try:
-        kube.binding(ns, name)
-        return False
-    except ApiException as exc:
-        if exc.status == 404:
-            return True
-        raise
+    return not kube.binding_exists(ns, name)
 
 
 # ---------------------------------------------------------------- one scenario

@@ -11,7 +11,6 @@ import uuid
 
 import pytest
 import yaml
-from kubernetes.client.rest import ApiException
 
 from tests.conftest import REPO, assert_stays, wait_for
 from tests.integration.conftest import (binding_spec, create_token_secret, grant_secret_read, make_scheduler,
@@ -82,13 +81,7 @@ def test_the_younger_binding_takes_over_within_seconds_of_the_older_ones_deletio
     before = len(writes(emulator, runner))
     installed.custom.delete_namespaced_custom_object("sunksandbox.dev", "v1alpha1", ns, "sunksandboxbindings", "older")
 
-    def gone() -> bool:
-        try:
-            installed.binding(ns, "older")
-            return False
-        except ApiException as exc:
-            return exc.status == 404
-    wait_for(gone, 30, interval=0.02)
+    wait_for(lambda: not installed.binding_exists(ns, "older"), 30, interval=0.02)
     gone_at = time.time()
     # First the older binding's Restore puts the policy back, then (only then) the younger writes it.
     wait_for(lambda: len(writes(emulator, runner)) >= before + 2, 10,

@@ -168,18 +168,6 @@ def webhook(installed, webhook_operator, webhook_ns, refused_before, emulator) -
         installed.kubectl("delete", "validatingwebhookconfiguration", name, "--ignore-not-found")
 
 
-def exists(kube, ns: str, name: str) -> bool:
-    from kubernetes.client.rest import ApiException
-
-    try:
-        kube.binding(ns, name)
-        return True
-    except ApiException as exc:
-        if exc.status == 404:
-            return False
-        raise
-
-
 def test_the_webhook_replica_is_a_standby(webhook, webhook_operator):
     assert health(webhook_operator).get("leader") is False  # and yet it answered the probe above
 
@@ -193,7 +181,7 @@ def test_every_attack_is_denied_at_apply(installed, webhook, webhook_ns, emulato
     assert out.returncode != 0, out.stdout
     assert 'admission webhook "sunksandboxbindings.validate.sunksandbox.dev" denied the request' in out.stderr
     assert f"{field}:" in out.stderr, out.stderr
-    assert not exists(installed, webhook_ns, name)
+    assert not installed.binding_exists(webhook_ns, name)
 
 
 def test_a_disallowed_api_url_is_denied_naming_the_field(installed, webhook, webhook_ns, emulator):
@@ -201,7 +189,7 @@ def test_a_disallowed_api_url_is_denied_naming_the_field(installed, webhook, web
     assert out.returncode != 0
     assert ("spec.runner.apiURL: https://evil.example.com is not an API URL the operator allows" in out.stderr), \
         out.stderr
-    assert not exists(installed, webhook_ns, "evil")
+    assert not installed.binding_exists(webhook_ns, "evil")
 
 
 def test_a_missing_token_secret_is_a_warning_not_a_denial(installed, webhook, webhook_ns, emulator):
@@ -211,7 +199,7 @@ def test_a_missing_token_secret_is_a_warning_not_a_denial(installed, webhook, we
     assert out.returncode == 0
     assert (f"Warning: Secret {webhook_ns}/not-yet (spec.runner.tokenSecretRef) does not exist yet"
             in out.stderr), out.stderr
-    assert exists(installed, webhook_ns, "no-secret")
+    assert installed.binding_exists(webhook_ns, "no-secret")
     # The controller finds the same, and says so in the binding's status.
     installed.wait_condition(webhook_ns, "no-secret", "PolicySynced", "False", "CredentialsMissing", timeout=30)
 

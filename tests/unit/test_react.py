@@ -23,6 +23,12 @@ WAIT = depends.KICK_SECONDS * 2.5
 # ---------------------------------------------------------------- what is watched, and who is woken
 
 
+def cm_event(h, rv: str, name: str = "cm") -> None:
+    """A watch event of ConfigMap slurm/<name> at resourceVersion `rv`."""
+    h.ctx.depends.event(Watched("ConfigMap", "slurm"), "MODIFIED",
+                        {"metadata": {"namespace": "slurm", "name": name, "resourceVersion": rv}})
+
+
 def test_a_binding_watches_its_scheduler_namespace_and_its_application(harness) -> None:
     h = harness()
     state = h.binding(binding_body())
@@ -46,8 +52,7 @@ async def test_an_event_wakes_only_the_bindings_it_concerns_once_per_burst(harne
     mine = h.binding(binding_body())
     other = h.binding(binding_body("o", "elsewhere", uid="u2"), discovered=discovery(namespace="elsewhere"))
     for i in range(5):  # a Helm upgrade touches several objects at once
-        h.ctx.depends.event(Watched("ConfigMap", "slurm"), "MODIFIED",
-                            {"metadata": {"namespace": "slurm", "name": f"cm{i}", "resourceVersion": str(10 + i)}})
+        cm_event(h, str(10 + i), f"cm{i}")
     assert not mine.wake.is_set()            # coalesced over KICK_SECONDS
     await asyncio.sleep(WAIT)
     assert mine.wake.is_set() and not other.wake.is_set()
@@ -68,14 +73,12 @@ async def test_an_event_wakes_only_the_bindings_it_concerns_once_per_burst(harne
 async def test_the_echo_of_our_own_write_wakes_nobody(harness) -> None:
     h = harness()
     state = h.binding(binding_body())
-    cm = {"metadata": {"namespace": "slurm", "name": "cm", "resourceVersion": "42"}}
-    h.ctx.depends.event(Watched("ConfigMap", "slurm"), "MODIFIED", cm)
+    cm_event(h, "42")
     h.ctx.depends.wrote("ConfigMap", "slurm", "cm", "42")  # the write's answer arrives after its event
     await asyncio.sleep(WAIT)
     assert not state.wake.is_set()
     # The next change by someone else (a new resourceVersion) does wake it.
-    h.ctx.depends.event(Watched("ConfigMap", "slurm"), "MODIFIED",
-                        {"metadata": {"namespace": "slurm", "name": "cm", "resourceVersion": "43"}})
+    cm_event(h, "43")
     await asyncio.sleep(WAIT)
     assert state.wake.is_set()
 
@@ -83,19 +86,15 @@ async def test_the_echo_of_our_own_write_wakes_nobody(harness) -> None:
 async def test_echoes_of_a_burst_of_our_writes_wake_nobody_but_a_foreign_write_among_them_does(harness) -> None:
     h = harness()
     state = h.binding(binding_body())
-    watched = Watched("ConfigMap", "slurm")
-
-    def event(rv: str) -> None:
-        h.ctx.depends.event(watched, "MODIFIED", {"metadata": {"namespace": "slurm", "name": "cm", "resourceVersion": rv}})
     for rv in ("41", "42", "43"):
         h.ctx.depends.wrote("ConfigMap", "slurm", "cm", rv)  # group commit: writes answered back to back
     for rv in ("41", "42", "43"):
-        event(rv)  # ... their echoes arrive after the last answer
+        cm_event(h, rv)  # ... their echoes arrive after the last answer
     await asyncio.sleep(WAIT)
     assert not state.wake.is_set()  # not a full reconcile per write of a burst
     h.ctx.depends.wrote("ConfigMap", "slurm", "cm", "45")
-    event("44")  # someone else's write between two of ours, all within one kick window
-    event("45")
+    cm_event(h, "44")  # someone else's write between two of ours, all within one kick window
+    cm_event(h, "45")
     await asyncio.sleep(WAIT)
     assert state.wake.is_set()
 

@@ -149,7 +149,6 @@ class Dependencies:
             informer = Informer(self.ctx.http, w.resource(), lambda kind, body, w=w: self.event(w, kind, body),
                                 seen.keys, page_size=self.ctx.config.list_page_size,
                                 name=f"{w.kind} watch in {w.namespace}")
-            informer.seen = seen  # type: ignore[attr-defined]
             start = self._start or (lambda i: asyncio.create_task(self._run(w, i), name=i.name))
             self._running[w] = (informer, start(informer), seen)
 
