@@ -63,7 +63,14 @@ class ScopeTarget(Protocol):
 
     def describe(self) -> str: ...
 
-    async def read(self) -> TargetRead: ...
+    async def read(self, reuse: bool = False) -> TargetRead:
+        """`reuse`: the caller knows nobody wrote the object since `last_write` (its watch saw only
+        our writes): a target may answer from the object that write returned instead of a GET."""
+        ...
+
+    def last_write(self) -> str | None:
+        """The resourceVersion of our last write that `read(reuse=True)` would answer from."""
+        ...
 
     async def write(self, read: TargetRead, values: list[str] | None, ledger: Ledger) -> str | None:
         """The new list (None: unchanged) and the new ledger, in one request; the written resourceVersion."""
@@ -113,10 +120,10 @@ def _memoized(memo: dict | None, version: tuple, parse: Callable[[], tuple]) -> 
     return parsed
 
 
-def _remember(memo: dict | None, version: tuple, parsed: tuple) -> None:
+def _remember(memo: dict | None, version: tuple, parsed: tuple, **more: Any) -> None:
     if memo is not None:
         memo.clear()
-        memo.update(version=version, parsed=parsed)
+        memo.update(version=version, parsed=parsed, **more)
 
 
 class ConfigMapTarget:
@@ -132,7 +139,11 @@ class ConfigMapTarget:
     def describe(self) -> str:
         return f"ConfigMap {self.namespace}/{self.name} key {self.key} at {self.path}"
 
-    async def read(self) -> TargetRead:
+    async def read(self, reuse: bool = False) -> TargetRead:
+        memo = self.memo or {}
+        if reuse and memo.get("written") is not None:  # a burst: the object our last write returned
+            obj = memo["written"]
+            return TargetRead(scope_doc.read_parsed(*memo["parsed"], self.path), obj, memo["ledger"])
         with _reading(self, f"ConfigMap {self.namespace}/{self.name}"):
             obj = await self.kube.get_configmap(self.namespace, self.name)
         data = obj.get("data") or {}
@@ -143,24 +154,32 @@ class ConfigMapTarget:
         doc, error = _memoized(self.memo, _version(obj, self.key, self.path), lambda: scope_doc.parse(text))
         return TargetRead(scope_doc.read_parsed(doc, error, self.path), obj, _ledger(obj))
 
+    def last_write(self) -> str | None:
+        written = (self.memo or {}).get("written")
+        return written["metadata"].get("resourceVersion") if written is not None else None
+
     async def write(self, read: TargetRead, values: list[str] | None, ledger: Ledger) -> str | None:
-        data, new_doc = read.obj["data"], None
+        data, memo = read.obj["data"], self.memo if self.memo is not None else {}
+        version = _version(read.obj, self.key, self.path)
+        parsed = _memoized(memo, version, lambda: scope_doc.parse(data[self.key]))
+        span = None
         if values is not None:
-            old_doc, error = _memoized(self.memo, _version(read.obj, self.key, self.path),
-                                       lambda: scope_doc.parse(data[self.key]))
-            if error:  # malformed YAML is never overwritten (edit_list takes the parse as valid)
-                raise TargetProblem(ScopeSynced.INVALID_CONFIG, f"{self.describe()}: {error}")
-            try:
-                text, new_doc = scope_doc.edit_list(data[self.key], self.path, values, read.list.style, old_doc)
+            if parsed[1]:  # malformed YAML is never overwritten (edit takes the parse as valid)
+                raise TargetProblem(ScopeSynced.INVALID_CONFIG, f"{self.describe()}: {parsed[1]}")
+            try:  # the span of our previous write, when this is the text it produced: no re-parse
+                e = scope_doc.edit(data[self.key], self.path, values, read.list.style, parsed[0], memo.get("span"))
             except ValueError as exc:
                 raise TargetProblem(ScopeSynced.INVALID_CONFIG, f"{self.describe()}: {exc}") from None
-            data = {**data, self.key: text}
+            data, parsed, span = {**data, self.key: e.text}, (e.data, None), e.span
         meta = {**read.obj["metadata"], "annotations": _annotations_with(read.obj, ledger)}
         body = {**read.obj, "metadata": meta, "data": data}
+        memo.pop("written", None)  # a failed write leaves nothing to reuse
         with _writing(self):
             written = await self.kube.replace_configmap(self.namespace, self.name, body)
-        if new_doc is not None:  # what we wrote was checked to parse to new_doc: the next read need not parse
-            _remember(self.memo, _version(written, self.key, self.path), (new_doc, None))
+        # What we wrote parses to `parsed` (checked, or the text is unchanged): the next read need not
+        # parse, and during a burst the next sync starts from this very object.
+        _remember(self.memo, _version(written, self.key, self.path), parsed, span=span, written=written,
+                  ledger=_ledger(written))
         return (written.get("metadata") or {}).get("resourceVersion")
 
 
@@ -193,7 +212,10 @@ class ApplicationTarget:
         except app_values.Problem as p:
             raise TargetProblem(p.reason, f"Application {self.namespace}/{self.name}: {p.message}") from None
 
-    async def read(self) -> TargetRead:
+    def last_write(self) -> str | None:
+        return None  # Argo CD writes the Application's status all the time: always read it
+
+    async def read(self, reuse: bool = False) -> TargetRead:
         with _reading(self, f"Argo CD Application {self.namespace}/{self.name}"):
             obj = await self.kube.get_application(self.namespace, self.name)
         self.located = self._locate(obj)
@@ -287,7 +309,10 @@ class FluxTarget:
                                 "fixed namespaces in spec.scope.alwaysInclude); nothing is written until then")
         return scope_doc.read_list_obj(values, self.path).scope_type if isinstance(values, dict) else None
 
-    async def read(self) -> TargetRead:
+    def last_write(self) -> str | None:
+        return None  # the HelmRelease is read at every sync
+
+    async def read(self, reuse: bool = False) -> TargetRead:
         hr = f"HelmRelease {self.namespace}/{self.helm_release}"
         with _reading(self, f"Flux {hr}", "spec.scope.target.helmRelease (a helm.toolkit.fluxcd.io/v2 HelmRelease)",
                       denied=hr):

@@ -135,6 +135,18 @@ class Dependencies:
     def ours(self, obj: ObjKey, resource_version: str) -> bool:
         return resource_version in self.own_writes.get(obj, ())
 
+    def unchanged_since(self, obj: ObjKey, resource_version: str | None) -> bool:
+        """Has nobody written the object since our write at `resource_version`, as far as its watch
+        knows? True when the latest version the watch delivered is that write, or one of our earlier
+        writes (its echo still on the way); False when there is no such watch, or it saw anything else."""
+        kind, namespace, name = obj
+        running = self._running.get(Watched(kind, namespace))
+        writes = list(self.own_writes.get(obj, ()))
+        if running is None or not running[0].ready.is_set() or resource_version not in writes:
+            return False
+        seen = running[2].get(f"{namespace}/{name}")
+        return seen in writes and writes.index(seen) <= writes.index(resource_version)
+
     def refresh(self) -> None:
         want: set[Watched] = set()
         for state in self.ctx.bindings:

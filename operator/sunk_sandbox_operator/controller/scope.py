@@ -257,9 +257,14 @@ async def _sync_inner(ctx: Context, state: BindingState, mem: ScopeMemory, perio
         return _error_part(ctx, state, ScopeSynced.FORBIDDEN, d.forbidden)
     target = targets.for_spec(ctx.kube, spec, d.namespace, d.configmap_name, mem.parsed)
 
-    async def attempt(_: int) -> tuple[sc.ScopeObservation, sc.ListDecision, targets.TargetRead, int]:
+    async def attempt(retried: int) -> tuple[sc.ScopeObservation, sc.ListDecision, targets.TargetRead, int]:
         sandbox = _sandbox_set(ctx, state, mem, full=periodic)
-        read = await target.read()
+        # During a burst, start from the object our last write returned while the target's watch has
+        # seen nobody else write it; a resync always reads (level-triggered), and a stale copy can only
+        # cost a Conflict (the write's precondition), after which the retry reads.
+        reuse = not periodic and not retried and ctx.depends.unchanged_since(
+            (target.kind, target.namespace, target.name), target.last_write())
+        read = await target.read(reuse=reuse)
         obs = _observation(ctx, state, target, read, sandbox, mem)
         decision = sc.decide_list(obs)
         generation = read.ledger.generation

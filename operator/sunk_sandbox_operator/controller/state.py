@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterator
 
 from ..adapters.metrics import BindingCounters, BindingSample
-from ..api.spec import BindingSpec, parse_spec
+from ..api.spec import BindingSpec, SandboxNamespaces, parse_spec
 from ..core.compose import Part
 from ..core.placement import PlacementTracker
 from ..core.scheduler import Discovery
@@ -105,7 +105,7 @@ class BindingState:
     kicks: dict = field(default_factory=dict)            # dependency events not yet acted on: obj -> {rv}
     kick_handle: asyncio.TimerHandle | None = None       # the pending wake for them (controller/depends.py)
     excluded: Callable[[str], bool] | None = None         # system namespaces: never matched by glob/selector
-    _matcher: tuple[BindingSpec, Matcher] | None = None
+    _matcher: tuple[SandboxNamespaces, Matcher] | None = None
 
     @property
     def key(self) -> Key:
@@ -121,11 +121,12 @@ class BindingState:
 
     @property
     def matcher(self) -> Matcher | None:
-        """spec.sandboxNamespaces compiled (once per spec)."""
+        """spec.sandboxNamespaces compiled, once per value: a reconcile re-reads the spec, and a new
+        matcher object would make the next sync rescan every namespace (`mem.sandbox_for`)."""
         if self.spec is None:
             return None
-        if self._matcher is None or self._matcher[0] is not self.spec:
-            self._matcher = (self.spec, compile_matcher(self.spec.sandbox_namespaces, self.excluded))
+        if self._matcher is None or self._matcher[0] != self.spec.sandbox_namespaces:
+            self._matcher = (self.spec.sandbox_namespaces, compile_matcher(self.spec.sandbox_namespaces, self.excluded))
         return self._matcher[1]
 
     @property

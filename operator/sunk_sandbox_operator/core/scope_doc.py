@@ -3,34 +3,34 @@
 `read_list` finds the list at a dotted path (a YAML list or a comma-separated string, the two
 forms SUNK's values use); `write_list` puts a new list there, keeping its form.
 
-YAML edits are *text splices*: PyYAML's composer gives every node its character span, and
-only the span of the edited value is replaced. Comments, key order, quoting and layout of
-everything else survive byte for byte. Every splice is checked by re-parsing: if the result
+YAML edits are *text splices* (`yaml_splice`): only the span of the edited value is replaced;
+comments, key order, quoting and layout of everything else survive byte for byte. Every splice
+is checked by re-parsing: if the result
 is not exactly "the input with only that path replaced" (anchors/aliases, merge keys, odd
 layouts), the document is re-emitted with `yaml.safe_dump(sort_keys=False)` instead, which
 keeps key order and values but drops comments. Malformed input is never rewritten:
 `write_list` raises.
+
+A burst of writes edits the text the previous write produced. When that write spliced a list
+of plain names (block or flow), `edit` hands back the list's span; given that span, the next edit of that
+exact text replaces it directly: the same bytes the checked splice would produce, without
+composing or re-parsing a document of thousands of names (see `Span`).
 """
 
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from typing import Any, Literal, Mapping
 
 import yaml
 
+from . import yaml_splice
+from .yaml_splice import Span
+
 ListStyle = Literal["list", "string", "missing"]
 
-# libyaml when present (~20x faster). Its node marks are character offsets too, like the
-# pure-Python loader's, which the splice relies on.
-_FastLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-def _load(text: str) -> Any:
-    return yaml.load(text, Loader=_FastLoader)  # noqa: S506 - a safe loader
-
+_load = yaml_splice.load
 
 # ---------------------------------------------------------------- reading the list
 
@@ -149,165 +149,6 @@ def set_path_patch(path: str, values: list[str], style: ListStyle) -> dict:
     return patch
 
 
-class _CannotSplice(Exception):
-    """The text edit would be unsafe; fall back to re-emitting the document."""
-
-
-_PLAIN_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_./-]*$")
-_PLAIN_OK_WITH_COMMAS = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_./,-]*$")
-
-
-def _loads_as(text: str) -> Any:
-    try:
-        return _load(text)
-    except Exception:  # noqa: BLE001 - e.g. "2024-13-01" looks like a date and raises ValueError
-        return None
-
-
-# A plain scalar that starts with a letter can only resolve to a bool or null (ints, floats and
-# timestamps start with a digit, a sign or a dot), so these need no YAML load to be sure.
-_LETTER_START = re.compile(r"^[A-Za-z][A-Za-z0-9_./-]*$")
-_BOOL_OR_NULL = frozenset(w for base in ("yes", "no", "true", "false", "on", "off", "null")
-                          for w in (base, base.capitalize(), base.upper()))
-
-
-def _scalar(text: str, flow: bool, quote: str | None = None) -> str:
-    """Render one string so it re-parses as that exact string (plain when unambiguous)."""
-    if quote is None and _LETTER_START.match(text) and text not in _BOOL_OR_NULL:
-        return text  # the common case (namespace names): no YAML load per name
-    plain = _PLAIN_OK if flow else _PLAIN_OK_WITH_COMMAS
-    if quote is None and plain.match(text) and _loads_as(text) == text:
-        return text  # e.g. "true", "123", "2024-01-01" fail the round trip and get quoted
-    style = "'" if quote == "'" else '"'
-    out = yaml.safe_dump(text, default_style=style, width=float("inf"), allow_unicode=True)
-    return out.rstrip("\n").removesuffix("\n...").rstrip("\n")
-
-
-def _flow(value: Any) -> str:
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{_scalar(k, True)}: {_flow(v)}" for k, v in value.items()) + "}"
-    if isinstance(value, list):
-        return "[" + ", ".join(_scalar(v, True) for v in value) + "]"
-    return _scalar(value, True)
-
-
-def _after_colon(value: Any, indent: int, nl: str) -> str:
-    """Block-context text that follows `key:` for a new value, children at `indent`."""
-    pad = " " * indent
-    if isinstance(value, list):
-        return nl + nl.join(f"{pad}- {_scalar(v, False)}" for v in value) if value else " []"
-    if isinstance(value, dict):
-        return "".join(f"{nl}{pad}{_scalar(k, False)}:{_after_colon(v, indent + 2, nl)}" for k, v in value.items())
-    return " " + _scalar(value, False)
-
-
-def _is_null(node: yaml.Node) -> bool:
-    return isinstance(node, yaml.ScalarNode) and node.tag == "tag:yaml.org,2002:null"
-
-
-def _content_end(node: yaml.Node, text: str) -> int:
-    """End of a node's own text; block collections otherwise swallow trailing comments."""
-    if isinstance(node, yaml.ScalarNode):
-        end = node.end_mark.index
-        while end > node.start_mark.index and text[end - 1] in " \t\r\n":
-            end -= 1  # block scalars (| >) include their line breaks
-        return end
-    if isinstance(node, (yaml.SequenceNode, yaml.MappingNode)) and not node.flow_style and node.value:
-        last = node.value[-1]
-        if isinstance(last, tuple):
-            return max(last[0].end_mark.index, _content_end(last[1], text))
-        return _content_end(last, text)
-    return node.end_mark.index
-
-
-def _colon_after(key: yaml.Node, text: str) -> int:
-    i = key.end_mark.index
-    while i < len(text) and text[i] in " \t":
-        i += 1
-    if i >= len(text) or text[i] != ":":
-        raise _CannotSplice("no ':' after the key")
-    return i
-
-
-def _find(mapping: yaml.MappingNode, key: str) -> tuple[yaml.Node, yaml.Node] | None:
-    found = None
-    for k, v in mapping.value:  # the last duplicate wins, as in safe_load
-        if isinstance(k, yaml.ScalarNode) and k.tag == "tag:yaml.org,2002:str" and k.value == key:
-            found = (k, v)
-    if found and found[1].start_mark.index < found[0].end_mark.index:
-        raise _CannotSplice("value is an alias")  # its span is the anchor's, elsewhere
-    return found
-
-
-def _splice(text: str, parts: list[str], new: list[str] | str) -> str:
-    if text.startswith("\ufeff"):  # libyaml's marks do not count a leading BOM: splice after it
-        return text[0] + _splice(text[1:], parts, new)
-    nl = "\r\n" if "\r\n" in text else "\n"
-    root = yaml.compose(text, Loader=_FastLoader)
-
-    def nest(keys: list[str]) -> Any:
-        out: Any = new
-        for k in reversed(keys):
-            out = {k: out}
-        return out
-
-    if root is None or _is_null(root):  # empty document (maybe only comments)
-        key, rest = parts[0], nest(parts[1:])
-        body = text if not text or text.endswith("\n") else text + nl
-        return f"{body}{_scalar(key, False)}:{_after_colon(rest, 2, nl)}{nl}"
-    if not isinstance(root, yaml.MappingNode):
-        raise _CannotSplice("root is not a mapping")
-
-    node: yaml.MappingNode = root
-    flow = bool(root.flow_style)
-    for i, key in enumerate(parts):
-        hit = _find(node, key)
-        if hit is None:  # insert `key: <rest>` as the mapping's last entry
-            rest = nest(parts[i + 1:])
-            if node.flow_style:
-                close = node.end_mark.index - 1
-                if text[close] != "}":
-                    raise _CannotSplice("flow mapping without '}'")
-                sep = ", " if node.value else ""
-                return f"{text[:close]}{sep}{_scalar(key, True)}: {_flow(rest)}{text[close:]}"
-            indent = node.value[0][0].start_mark.column
-            pos = _content_end(node, text)
-            if text[pos - 1] != "\n":
-                eol = text.find("\n", pos)
-                pos = len(text) if eol < 0 else (eol - 1 if text[eol - 1] == "\r" else eol)
-                entry = f"{nl}{' ' * indent}{_scalar(key, False)}:{_after_colon(rest, indent + 2, nl)}"
-            else:
-                entry = f"{' ' * indent}{_scalar(key, False)}:{_after_colon(rest, indent + 2, nl)}{nl}"
-            return text[:pos] + entry + text[pos:]
-        k, v = hit
-        last = i == len(parts) - 1
-        if not last and isinstance(v, yaml.MappingNode):
-            node, flow = v, flow or bool(v.flow_style)
-            continue
-        if not last and not _is_null(v):
-            raise _CannotSplice("intermediate is not a mapping")
-        value = nest(parts[i + 1:])
-        # Keep the value's own layout where possible: a block list stays block with its
-        # indentation, a flow list stays flow, a string keeps its quotes; comments after
-        # `key:` survive.
-        if last and isinstance(v, yaml.SequenceNode) and isinstance(value, list):
-            if v.flow_style:
-                return text[: v.start_mark.index] + _flow(value) + text[v.end_mark.index:]
-            if value:
-                pad = nl + " " * v.start_mark.column
-                items = pad.join(f"- {_scalar(x, False)}" for x in value)
-                return text[: v.start_mark.index] + items + text[_content_end(v, text):]
-        if last and isinstance(v, yaml.ScalarNode) and not _is_null(v) and isinstance(value, str):
-            quote = v.style if v.style in ("'", '"') else ('"' if v.style in ("|", ">") else None)
-            return text[: v.start_mark.index] + _scalar(value, flow, quote) + text[_content_end(v, text):]
-        # Anything else (null, type change, emptied block list): rewrite after the colon.
-        colon = _colon_after(k, text)
-        end = max(_content_end(v, text), colon + 1)
-        repl = " " + _flow(value) if flow else _after_colon(value, k.start_mark.column + 2, nl)
-        return text[: colon + 1] + repl + text[end:]
-    raise _CannotSplice("empty path")  # unreachable: _split_path rejects it
-
-
 def _unshare(data: Any) -> Any:
     # Aliased YAML nodes load as one shared object; editing a copy must not edit both places.
     if isinstance(data, dict):
@@ -354,9 +195,38 @@ def write_list(doc_text: str, path: str, values: list[str], style: ListStyle) ->
 _UNPARSED: Any = object()
 
 
+@dataclass(frozen=True)
+class Edit:
+    text: str
+    data: Any                # what `text` parses to (checked, or known from `Span`)
+    span: Span | None = None  # where the list sits in `text`, when the next edit can splice it directly
+
+
 def edit_list(doc_text: str, path: str, values: list[str], style: ListStyle, data: Any = _UNPARSED) -> tuple[str, Any]:
     """write_list, given the parsed document when the caller has it (saves a parse), returning the
     new text and the new document's data (the text was checked to parse to exactly that)."""
+    e = edit(doc_text, path, values, style, data)
+    return e.text, e.data
+
+
+def _replaced(data: Any, parts: list[str], value: Any) -> dict:
+    """A copy of the mappings on the way to `parts` with the value there replaced; the rest shared."""
+    out = dict(data)
+    out[parts[0]] = value if len(parts) == 1 else _replaced(data[parts[0]], parts[1:], value)
+    return out
+
+
+def edit(doc_text: str, path: str, values: list[str], style: ListStyle, data: Any = _UNPARSED,
+         span: Span | None = None) -> Edit:
+    """`edit_list` with the list's span. `span` (from the `Edit` that produced `doc_text`, with its
+    `data`) lets a list of plain names be replaced without composing or re-parsing the document."""
+    parts = _split_path(path)
+    if (span is not None and data is not _UNPARSED and parts is not None and style == "list" and values
+            and span.fits(doc_text) and all(map(yaml_splice.plain_name, values))):
+        items = span.render(values)
+        out = doc_text[:span.start] + items + doc_text[span.end:]
+        return Edit(out, _replaced(data, parts, list(values)),
+                    Span(span.start, span.start + len(items), span.pad, len(out), span.flow))
     if data is _UNPARSED:
         data, err = _parse(doc_text)
     else:
@@ -364,32 +234,32 @@ def edit_list(doc_text: str, path: str, values: list[str], style: ListStyle, dat
     found = ListRead(None, "missing", None, err) if err else _read_data(data, path, "the YAML document")
     if found.error:
         raise ValueError(found.error)
-    parts = _split_path(path)
     assert parts is not None  # _read_data validated it
     if found.style == "missing" and not values:
-        return doc_text, data
+        return Edit(doc_text, data)
     new = _new_value(values, style)
     expected = _set_path(_unshare(data), parts, new)
-    out = _checked_splice(doc_text, parts, new, expected)
-    if out is not None:
-        return out, expected
+    spliced = _checked_splice(doc_text, parts, new, expected)
+    if spliced is not None:
+        return Edit(spliced[0], expected, spliced[1])
     # Re-emit (comments are lost). PyYAML's emitter does not round-trip every string (e.g. a
     # NEL before trailing spaces), so the dump is checked too; ASCII escapes are the last try.
     for allow_unicode in (True, False):
         dumped = yaml.safe_dump(expected, sort_keys=False, default_flow_style=False,
                                 allow_unicode=allow_unicode, width=float("inf"))
         # Splice once more so the value is rendered as a splice renders it: the next write is a no-op.
-        out = _checked_splice(dumped, parts, new, expected)
-        if out is not None:
-            return out, expected
+        spliced = _checked_splice(dumped, parts, new, expected)
+        if spliced is not None:
+            return Edit(spliced[0], expected, spliced[1])
         if _same(_load(dumped), expected):
-            return dumped, expected
+            return Edit(dumped, expected)
     raise ValueError(f"cannot rewrite {path} without changing other keys; edit it by hand")
 
 
-def _checked_splice(text: str, parts: list[str], new: list[str] | str, expected: dict) -> str | None:
+def _checked_splice(text: str, parts: list[str], new: list[str] | str,
+                    expected: dict) -> tuple[str, Span | None] | None:
     try:
-        out = _splice(text, parts, new)
-        return out if _same(_load(out), expected) else None
+        out, span = yaml_splice.splice(text, parts, new)
+        return (out, span) if _same(_load(out), expected) else None
     except Exception:  # noqa: BLE001 - any surprise in the splice means: use the safe re-emit
         return None

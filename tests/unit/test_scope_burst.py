@@ -1,0 +1,164 @@
+"""A burst of namespace events: each write starts from the object the previous write returned while
+the target's watch has seen nobody else write it (no GET per write), a resync always reads, and
+another writer's change is never lost: seen by the watch, the next sync reads; not seen yet, the
+stale copy costs one Conflict and the retry reads."""
+
+from __future__ import annotations
+
+import asyncio
+
+from sunk_sandbox_operator.adapters import kube as k
+from sunk_sandbox_operator.adapters import targets
+from sunk_sandbox_operator.controller import depends, scope, watch
+from sunk_sandbox_operator.controller.depends import Watched
+from sunk_sandbox_operator.core.ledger import Ledger
+
+from tests.unit.fakes import FakeKube, binding_body, harness_fixture, namespace  # noqa: F401 (fixture)
+from tests.unit.test_react import cm_event
+from tests.unit.test_scope_controller import listed, world
+
+CONF = "scheduler:\n  scope:\n    type: namespace\n    namespaces:\n    - slurm\n"
+
+
+def watching(h) -> None:
+    """The binding's dependency watches running (an idle task stands in for each informer), listed."""
+    h.ctx.http = object()  # an API connection (never used: `start` replaces the informers' run)
+    h.ctx.depends = depends.Dependencies(h.ctx, start=lambda informer: asyncio.ensure_future(asyncio.sleep(3600)))
+    h.ctx.depends.refresh()
+    for w in h.ctx.depends.watches:
+        h.ctx.depends._running[w][0].ready.set()
+
+
+def rv(h) -> str:
+    return h.kube.get("configmaps", "slurm", "cm")["metadata"]["resourceVersion"]
+
+
+def echo(h) -> None:
+    """The watch delivers the ConfigMap as it now is."""
+    cm_event(h, rv(h))
+
+
+async def burst_of(h, *names: str) -> None:
+    for name in names:
+        watch.on_namespace(h.ctx, "ADDED", namespace(name))
+    await h.run_until_idle()
+
+
+async def test_a_burst_writes_from_what_each_write_returned_and_a_resync_reads(harness) -> None:
+    h = harness()
+    state = world(h, CONF)
+    watching(h)
+    await scope.sync(h.ctx, state)                         # the first reconcile's sync reads
+    assert (h.kube.count("get_configmap"), h.kube.count("replace_configmap")) == (1, 1)
+    echo(h)
+    await burst_of(h, "ds-1")
+    await burst_of(h, "ds-2")                              # the echo of the write for ds-1 is still on the way
+    echo(h)
+    await burst_of(h, "ds-3")
+    assert (h.kube.count("get_configmap"), h.kube.count("replace_configmap")) == (1, 4)
+    assert listed(h) == ["ds-1", "ds-2", "ds-3", "ds-known", "slurm"]
+    await scope.sync(h.ctx, state)                         # a resync is level-triggered: it reads
+    assert (h.kube.count("get_configmap"), h.kube.count("replace_configmap")) == (2, 4)
+
+
+async def test_another_writer_the_watch_saw_makes_the_next_sync_read(harness) -> None:
+    h = harness()
+    state = world(h, CONF)
+    watching(h)
+    await scope.sync(h.ctx, state)
+    echo(h)
+    h.kube.edit("configmaps", "slurm", "cm", lambda cm: cm["data"].update(
+        {"scheduler.conf": cm["data"]["scheduler.conf"] + "  logLevel: debug\n"}))
+    echo(h)                                                # an admin's edit, seen by the watch
+    await burst_of(h, "ds-1")
+    assert (h.kube.count("get_configmap"), h.kube.count("replace_configmap")) == (2, 2)
+    assert "logLevel: debug" in h.kube.get("configmaps", "slurm", "cm")["data"]["scheduler.conf"]
+    assert "ds-1" in listed(h)
+
+
+async def test_another_writer_not_seen_yet_costs_one_conflict_and_is_kept(harness) -> None:
+    h = harness()
+    state = world(h, CONF)
+    watching(h)
+    await scope.sync(h.ctx, state)
+    echo(h)
+
+    def admin(cm):  # an admin adds a namespace of theirs; its watch event has not arrived
+        cm["data"]["scheduler.conf"] = cm["data"]["scheduler.conf"].replace("- slurm", "- admin-ns\n    - slurm")
+    h.kube.edit("configmaps", "slurm", "cm", admin)
+    await burst_of(h, "ds-1")
+    # From the stale copy: 409, then the retry reads and merges.
+    assert (h.kube.count("get_configmap"), h.kube.count("replace_configmap")) == (2, 3)
+    assert listed(h) == ["admin-ns", "ds-1", "ds-known", "slurm"]
+    assert scope.memory(h.ctx, state).added == ["ds-1", "ds-known"]  # the admin's name is not ours
+
+
+async def test_without_a_watch_of_the_target_every_sync_reads(harness) -> None:
+    h = harness()  # no API connection: no dependency watches
+    state = world(h, CONF)
+    await scope.sync(h.ctx, state)
+    await burst_of(h, "ds-1")
+    await burst_of(h, "ds-2")
+    assert (h.kube.count("get_configmap"), h.kube.count("replace_configmap")) == (3, 3)
+
+
+async def test_unchanged_since_trusts_only_our_own_writes_up_to_the_one_asked_about(harness) -> None:
+    h = harness()
+    h.binding(binding_body())
+    obj = ("ConfigMap", "slurm", "cm")
+    assert not h.ctx.depends.unchanged_since(obj, "10")    # no watch at all
+    watching(h)
+    for v in ("10", "11"):
+        h.ctx.depends.wrote(*obj, v)
+    cm_event(h, "10")
+    assert h.ctx.depends.unchanged_since(obj, "11")        # the echo of 11 is on the way
+    assert h.ctx.depends.unchanged_since(obj, "10")
+    cm_event(h, "11")
+    assert not h.ctx.depends.unchanged_since(obj, "10")    # 11 came after 10 (another binding, say)
+    assert not h.ctx.depends.unchanged_since(obj, "12")    # not a write of ours
+    cm_event(h, "13")                                      # someone else
+    assert not h.ctx.depends.unchanged_since(obj, "11")
+    assert not h.ctx.depends.unchanged_since(obj, None)
+    cm_event(h, "11", name="other")                        # another object's events say nothing of this one
+    assert not h.ctx.depends.unchanged_since(obj, "11")
+    h.ctx.depends._running[Watched("ConfigMap", "slurm")][0].ready.clear()
+    assert not h.ctx.depends.unchanged_since(obj, "13")
+
+
+async def test_a_failed_write_leaves_nothing_to_reuse() -> None:
+    kube = FakeKube()
+    kube.add("configmaps", {"metadata": {"namespace": "slurm", "name": "cm"}, "data": {"scheduler.conf": CONF}})
+    memo: dict = {}
+    target = targets.ConfigMapTarget(kube, "slurm", "cm", "scheduler.conf", "scheduler.scope.namespaces", memo)
+    read = await target.read()
+    written = await target.write(read, ["a", "slurm"], Ledger())
+    assert target.last_write() == written
+    again = await target.read(reuse=True)
+    assert kube.count("get_configmap") == 1 and again.list.values == ["a", "slurm"]
+    assert again.obj["metadata"]["resourceVersion"] == written and memo["span"] is not None
+    kube.edit("configmaps", "slurm", "cm", lambda cm: None)
+    try:
+        await target.write(again, ["a", "b", "slurm"], Ledger())
+        raise AssertionError("a stale precondition must conflict")
+    except k.Conflict:
+        pass
+    assert target.last_write() is None
+    fresh = await target.read(reuse=True)                  # nothing to reuse: it reads
+    assert kube.count("get_configmap") == 2 and fresh.obj["metadata"]["resourceVersion"] == rv_of(kube)
+
+
+def rv_of(kube: FakeKube) -> str:
+    return kube.get("configmaps", "slurm", "cm")["metadata"]["resourceVersion"]
+
+
+def test_a_reparsed_equal_spec_keeps_its_matcher(harness) -> None:
+    h = harness()
+    state = h.binding(binding_body())
+    first = state.matcher
+    h.ctx.bindings.ensure({**h.kube.get("bindings", "slurm", "b")})  # a reconcile reads the body again
+    assert state.matcher is first                          # the next sync need not rescan every namespace
+    changed = h.kube.get("bindings", "slurm", "b")
+    changed["spec"]["sandboxNamespaces"] = {"names": ["other-*"]}
+    changed["metadata"]["generation"] = 2
+    h.ctx.bindings.ensure(changed)
+    assert state.matcher is not first and state.matcher("other-1", {})
