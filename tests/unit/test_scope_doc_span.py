@@ -9,7 +9,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sunk_sandbox_operator.core import scope_doc
+from sunk_sandbox_operator.core import scope_doc, yaml_splice
 from sunk_sandbox_operator.core.scope_doc import Span, edit, read_list
 from tests.unit import yaml_corpus as corpus
 
@@ -96,3 +96,15 @@ names_st = st.lists(st.one_of(st.from_regex(r"[a-z][a-z0-9-]{0,8}", fullmatch=Tr
        lists=st.lists(names_st, min_size=2, max_size=6))
 def test_any_sequence_of_lists_edits_as_the_checked_splice(case: corpus.Case, lists: list[list[str]]) -> None:
     chain(case.build(5), lists)
+
+
+@settings(max_examples=300, deadline=None)
+@given(values=st.lists(st.one_of(st.text(max_size=5), st.sampled_from(TRICKY + ["a\n", "a\nb", "ok"]),
+                                 st.from_regex(r"[a-z][a-z0-9.-]{0,6}", fullmatch=True)), max_size=6))
+def test_all_plain_is_plain_name_for_every_value(values: list[str]) -> None:
+    assert yaml_splice.all_plain(values) == (bool(values) and all(map(yaml_splice.plain_name, values)))
+
+
+def test_a_name_with_a_trailing_line_break_is_not_plain() -> None:
+    assert not yaml_splice.plain_name("ds-a\n") and not yaml_splice.all_plain(["ds-a\n"])
+    assert yaml_splice.scalar("ds-a\n", False) != "ds-a\n"  # quoted, so it re-parses as itself

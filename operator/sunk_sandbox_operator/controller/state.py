@@ -105,7 +105,7 @@ class BindingState:
     kicks: dict = field(default_factory=dict)            # dependency events not yet acted on: obj -> {rv}
     kick_handle: asyncio.TimerHandle | None = None       # the pending wake for them (controller/depends.py)
     excluded: Callable[[str], bool] | None = None         # system namespaces: never matched by glob/selector
-    _matcher: tuple[SandboxNamespaces, Matcher] | None = None
+    _matcher: tuple[BindingSpec, SandboxNamespaces, Matcher] | None = None
 
     @property
     def key(self) -> Key:
@@ -123,11 +123,16 @@ class BindingState:
     def matcher(self) -> Matcher | None:
         """spec.sandboxNamespaces compiled, once per value: a reconcile re-reads the spec, and a new
         matcher object would make the next sync rescan every namespace (`mem.sandbox_for`)."""
-        if self.spec is None:
+        spec = self.spec
+        if spec is None:
             return None
-        if self._matcher is None or self._matcher[0] != self.spec.sandbox_namespaces:
-            self._matcher = (self.spec.sandbox_namespaces, compile_matcher(self.spec.sandbox_namespaces, self.excluded))
-        return self._matcher[1]
+        m = self._matcher
+        if m is not None and m[0] is spec:  # every namespace and pod event asks: identity first
+            return m[2]
+        if m is None or m[1] != spec.sandbox_namespaces:
+            m = (spec, spec.sandbox_namespaces, compile_matcher(spec.sandbox_namespaces, self.excluded))
+        self._matcher = (spec, m[1], m[2])
+        return m[2]
 
     @property
     def active(self) -> bool:

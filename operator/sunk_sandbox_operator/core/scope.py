@@ -144,19 +144,28 @@ def plan(
     entry another binding added when we want it too, and drop our claim on one we no longer
     want, so claims follow wants and the last binding wanting an entry removes it.
     """
-    keep_always = set(always_include)
+    return _plan(current, set(current), desired_sandbox, always_include, preexisting, set(managed_added), others)
+
+
+def _plan(current: list[str], cur: set[str], desired_sandbox: set[str] | frozenset[str], always_include: Iterable[str],
+          preexisting: Iterable[str] | None, ours: set[str], others: Iterable[str]) -> ScopePlan:
+    """`plan` with the current names and ours as sets (a sync at 5,000 names builds each once)."""
     protected = set(preexisting or ())
-    ours = set(managed_added) - protected
-    claimed = set(others)
-    wanted = desired_sandbox | keep_always
-    stale = ours - wanted - claimed
-    cur = set(current)
-    new = (cur - stale) | keep_always | desired_sandbox
-    added_by_us = sorted(n for n in new if n not in protected and n in wanted
-                         and (n in ours or n not in cur or n in claimed))
+    claimed = others if isinstance(others, (set, frozenset)) else set(others)
+    wanted = desired_sandbox.union(always_include)
+    # Ours, no longer wanted, unclaimed and not protected: those leave. Nothing wanted is stale, so
+    # (current - stale) | wanted is (current | wanted) - stale.
+    stale = {n for n in ours if n not in wanted and n not in claimed and n not in protected}
+    new = cur.union(wanted)
+    new -= stale
+
+    def added_by_us(names: Iterable[str]) -> list[str]:
+        return [n for n in names if n in wanted and n not in protected and (n in ours or n not in cur or n in claimed)]
+
     if new == cur:
-        return ScopePlan(list(current), ScopeDiff([], []), added_by_us)
-    return ScopePlan(sorted(new), diff_lists(cur, new), added_by_us)
+        return ScopePlan(list(current), ScopeDiff([], []), added_by_us(sorted(wanted)))
+    ordered = sorted(new)
+    return ScopePlan(ordered, ScopeDiff(added=sorted(new - cur), removed=sorted(cur - new)), added_by_us(ordered))
 
 
 def scope_hash(values: Iterable[str]) -> str:
@@ -220,12 +229,13 @@ def decide_list(obs: ScopeObservation) -> ListDecision:
         # SUNK reads a blank list as "the scheduler's own namespace": writing the sandbox
         # namespaces alone would silently stop it watching there. The effective list is kept.
         current = [obs.own_namespace]
+    cur, ours = set(current), set(obs.added)
     # Before our first write, what is listed is the admin's — except what other bindings added.
-    pre = sorted(set(current) - obs.others) if obs.preexisting is None else list(obs.preexisting)
-    p = plan(current, set(obs.sandbox), obs.always, pre, obs.added, obs.others)
+    pre = sorted(cur - obs.others) if obs.preexisting is None else list(obs.preexisting)
+    p = _plan(current, cur, obs.sandbox, obs.always, pre, ours - set(pre), obs.others)
     # The ledger travels with the list, so a name it says we added that is gone from the list was
     # removed by someone else (a Helm upgrade, Argo CD self-heal, an admin).
-    reverted = sorted((set(obs.added) & (set(obs.sandbox) | set(obs.always))) - set(current))
+    reverted = sorted(n for n in ours if n not in cur and (n in obs.sandbox or n in obs.always))
     if not p.changed or obs.observe:
         added = list(obs.added) if obs.observe else p.added_by_us
         return ListDecision(final=current, added=added, preexisting=pre, reverted=reverted,
