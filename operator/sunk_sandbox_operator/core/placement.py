@@ -5,7 +5,8 @@ step 5), so the verdict rests on the newest pod created after the last policy wr
 mismatch within the propagation window after that write is Unknown (PolicyPropagating), not
 False; the verdict is a function of the summary, the write time, the window and `now`. Pods are
 fed one event at a time into a `PlacementTracker` holding a few small facts per pod, so a
-cluster with 10k sandbox pods costs a few MB and a summary is one linear pass.
+cluster with 10k sandbox pods costs a few MB; counts and the verdict are kept per event, so a
+status write under churn costs nothing per pod.
 """
 
 from __future__ import annotations
@@ -155,8 +156,59 @@ class PlacementSummary:
         )
 
 
+def _counted(f: PodFacts, since: float | None) -> bool:
+    """Does the pod count for the verdict on a policy written at `since`? Both times have one-second
+    resolution: a pod of the same second may predate the write, so it counts only as a match."""
+    return since is None or not (f.created_ts is None or f.created_ts < since or (f.created_ts == since and f.mismatch))
+
+
+@dataclass
+class _Verdict:
+    """The verdict's running aggregate for one policy write time, kept per event (not one pass over
+    every pod per status write); `stale` when the newest pod of a kind left: the next summary rescans."""
+
+    applied: str | None
+    since: float | None
+    after: int = 0
+    mismatched: int = 0
+    newest_bad: PodFacts | None = None
+    newest_good: PodFacts | None = None
+    stale: bool = False
+
+    def add(self, f: PodFacts) -> None:
+        if not _counted(f, self.since):
+            return
+        self.after += 1
+        if f.mismatch:
+            self.mismatched += 1
+            if self.newest_bad is None or _newer(f, self.newest_bad):
+                self.newest_bad = f
+        elif self.newest_good is None or _newer(f, self.newest_good):
+            self.newest_good = f
+
+    def replace(self, old: PodFacts | None, new: PodFacts | None) -> None:
+        if self.stale:
+            return
+        if old is not None and _counted(old, self.since):
+            self.after -= 1
+            self.mismatched -= bool(old.mismatch)
+            newest = self.newest_bad if old.mismatch else self.newest_good
+            if newest is old:  # the newest of its kind changed or left
+                same = (new is not None and _counted(new, self.since) and bool(new.mismatch) == bool(old.mismatch)
+                        and (new.created_ts, new.ref) == (old.created_ts, old.ref))
+                if not same:
+                    self.stale = True
+                    return
+                if old.mismatch:
+                    self.newest_bad = None
+                else:
+                    self.newest_good = None
+        if new is not None:
+            self.add(new)
+
+
 class PlacementTracker:
-    """Per-binding aggregate of sandbox pods, fed watch events; O(pods) memory."""
+    """Per-binding aggregate of sandbox pods, fed watch events; O(pods) memory, O(1) per event."""
 
     def __init__(self) -> None:
         self._pods: dict[str, PodFacts] = {}
@@ -164,6 +216,7 @@ class PlacementTracker:
         self._graces: Counter[int] = Counter()
         self._version = 0
         self._cache: tuple[int, str | None, PlacementSummary] | None = None
+        self._verdict: _Verdict | None = None
 
     def __len__(self) -> int:
         return len(self._pods)
@@ -187,16 +240,19 @@ class PlacementTracker:
                 return False
             self._forget(old)
             del self._pods[facts.key]
+            new = None
         elif event_type in ("ADDED", "MODIFIED"):
             if old == facts:
                 return False
             if old is not None:
                 self._forget(old)
-            self._pods[facts.key] = facts
+            self._pods[facts.key] = new = facts
             self._hazards.update(facts.hazards)
             self._graces[facts.grace] += 1
         else:
             return False
+        if self._verdict is not None:
+            self._verdict.replace(old, new)
         self._version += 1
         return True
 
@@ -207,27 +263,16 @@ class PlacementTracker:
         """Counts over all pods; the mismatch verdict over pods created after `policy_applied_time`."""
         if self._cache and self._cache[0] == self._version and self._cache[1] == policy_applied_time:
             return self._cache[2]
-        since = parse_time(policy_applied_time)
-        after = mismatched = 0
-        newest_bad: PodFacts | None = None
-        newest_good: PodFacts | None = None
-        for f in self._pods.values():
-            if since is not None and (f.created_ts is None or f.created_ts < since or
-                                      (f.created_ts == since and f.mismatch)):
-                # Predates the policy write. Both times have one-second resolution: a pod of the same
-                # second may predate it, so it counts only as positive evidence (a match).
-                continue
-            after += 1
-            if f.mismatch:
-                mismatched += 1
-                if newest_bad is None or _newer(f, newest_bad):
-                    newest_bad = f
-            elif newest_good is None or _newer(f, newest_good):
-                newest_good = f
+        v = self._verdict
+        if v is None or v.stale or v.applied != policy_applied_time:  # one pass, then kept per event
+            v = self._verdict = _Verdict(policy_applied_time, parse_time(policy_applied_time))
+            for f in self._pods.values():
+                v.add(f)
+        newest_bad, newest_good = v.newest_bad, v.newest_good
         result = PlacementSummary(
             pods_observed=len(self._pods),
-            pods_after_policy=after,
-            pods_mismatched=mismatched,
+            pods_after_policy=v.after,
+            pods_mismatched=v.mismatched,
             last_mismatch=(
                 Mismatch(pod=newest_bad.ref, reason=newest_bad.mismatch or "", time=newest_bad.created or "")
                 if newest_bad
