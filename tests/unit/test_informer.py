@@ -110,6 +110,32 @@ async def test_a_paginated_list_then_watch_events_and_bookmarks() -> None:
     assert informer.ready.is_set() and informer.lists == 1 and informer.events == 2 and slept == []
 
 
+async def test_the_next_page_is_asked_for_before_this_one_reaches_the_sink() -> None:
+    http = FakeHTTP(pages=[{"items": [pod("a")], "metadata": {"continue": "c1"}},
+                           {"items": [pod("b")], "metadata": {"continue": "c2"}},
+                           {"items": [pod("c")], "metadata": {"resourceVersion": "10"}}], watches=[])
+    asked_when: list[int] = []
+    sink = Sink()
+
+    def recording(kind: str, obj: dict) -> None:
+        asked_when.append(len(http.gets))
+        sink(kind, obj)
+
+    informer = Informer(http, Resource("/api/v1/pods"), recording, sink.keys, page_size=1)
+    await run(informer, http)
+    assert asked_when == [2, 3, 3] and sorted(sink.objects) == ["ds-a/a", "ds-a/b", "ds-a/c"]
+
+
+async def test_a_failed_page_ends_the_list_and_the_relist_starts_over() -> None:
+    http = FakeHTTP(pages=[{"items": [pod("a")], "metadata": {"continue": "c1"}}, ApiStatus(500, "etcd"),
+                           {"items": [pod("a"), pod("b")], "metadata": {"resourceVersion": "10"}}], watches=[])
+    sink = Sink()
+    informer, slept = make(http, sink)
+    await run(informer, http)
+    assert [p.get("continue") for _, p, _ in http.gets] == [None, "c1", None] and slept == [1.0]
+    assert sorted(sink.objects) == ["ds-a/a", "ds-a/b"] and informer.lists == 1
+
+
 async def test_a_410_relists_and_reports_what_vanished_meanwhile_as_deleted() -> None:
     http = FakeHTTP(
         pages=[{"items": [pod("a"), pod("b")], "metadata": {"resourceVersion": "5"}},

@@ -24,6 +24,7 @@ PARTIAL_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1
 PARTIAL_ONE = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
 
 Sink = Callable[[str, dict], None]
+YIELD_EVERY = 100  # LIST items handed to the sink between two turns of the event loop
 
 
 @dataclass(frozen=True)
@@ -55,24 +56,40 @@ class Informer:
         return {"labelSelector": self.resource.label_selector} if self.resource.label_selector else {}
 
     async def list(self) -> None:
-        """One consistent paginated LIST into the sink; what the sink knew and the LIST lacks is DELETED."""
+        """One consistent paginated LIST into the sink; what the sink knew and the LIST lacks is DELETED.
+
+        The next page is asked for before this one goes into the sink, and the sink yields to the
+        event loop every YIELD_EVERY items: the API server prepares page k+1 (on its own core) while
+        the operator decodes page k, and nothing else in the operator waits for a 50,000-pod LIST."""
         headers = {"Accept": PARTIAL_LIST} if self.resource.metadata_only else None
         seen: set[str] = set()
-        cont: str | None = None
         before = set(self.known())
-        while True:
-            params = {**self._params(), "limit": str(self.page_size)}
-            if cont:
-                params["continue"] = cont
-            page = await self.http.get(self.resource.path, params, headers)
-            for item in page.get("items") or []:
-                seen.add(self.resource.key(item))
-                self.sink("ADDED", item)
-            meta = page.get("metadata") or {}
-            cont = meta.get("continue")
-            if not cont:
-                self.resource_version = meta.get("resourceVersion")
-                break
+
+        def fetch(cont: str | None) -> asyncio.Future:
+            params = {**self._params(), "limit": str(self.page_size), **({"continue": cont} if cont else {})}
+            return asyncio.ensure_future(self.http.get(self.resource.path, params, headers))
+
+        pending = fetch(None)
+        try:
+            while True:
+                page = await pending
+                meta = page.get("metadata") or {}
+                cont = meta.get("continue")
+                pending = fetch(cont) if cont else None
+                await asyncio.sleep(0)  # let the next page's request go out before this page is decoded
+                for i, item in enumerate(page.get("items") or [], 1):
+                    seen.add(self.resource.key(item))
+                    self.sink("ADDED", item)
+                    if i % YIELD_EVERY == 0:
+                        await asyncio.sleep(0)
+                if pending is None:
+                    self.resource_version = meta.get("resourceVersion")
+                    break
+        finally:  # a failed page ends the LIST (run() relists): the prefetch is not left behind
+            if pending is not None and not pending.done():
+                pending.cancel()
+            elif pending is not None and not pending.cancelled():
+                pending.exception()
         for key in before - seen:
             ns, _, name = key.rpartition("/")
             self.sink("DELETED", {"metadata": {"namespace": ns, "name": name} if ns else {"name": name}})
