@@ -38,6 +38,15 @@ def echo(h) -> None:
     cm_event(h, rv(h))
 
 
+async def synced(h):
+    """One binding over CONF, its watches running, its first sync done and that write's echo seen."""
+    state = world(h, CONF)
+    watching(h)
+    await scope.sync(h.ctx, state)                         # the first reconcile's sync reads
+    echo(h)
+    return state
+
+
 async def burst_of(h, *names: str) -> None:
     for name in names:
         watch.on_namespace(h.ctx, "ADDED", namespace(name))
@@ -46,11 +55,8 @@ async def burst_of(h, *names: str) -> None:
 
 async def test_a_burst_writes_from_what_each_write_returned_and_a_resync_reads(harness) -> None:
     h = harness()
-    state = world(h, CONF)
-    watching(h)
-    await scope.sync(h.ctx, state)                         # the first reconcile's sync reads
+    state = await synced(h)
     assert (h.kube.count("get_configmap"), h.kube.count("replace_configmap")) == (1, 1)
-    echo(h)
     await burst_of(h, "ds-1")
     await burst_of(h, "ds-2")                              # the echo of the write for ds-1 is still on the way
     echo(h)
@@ -63,10 +69,7 @@ async def test_a_burst_writes_from_what_each_write_returned_and_a_resync_reads(h
 
 async def test_another_writer_the_watch_saw_makes_the_next_sync_read(harness) -> None:
     h = harness()
-    state = world(h, CONF)
-    watching(h)
-    await scope.sync(h.ctx, state)
-    echo(h)
+    await synced(h)
     h.kube.edit("configmaps", "slurm", "cm", lambda cm: cm["data"].update(
         {"scheduler.conf": cm["data"]["scheduler.conf"] + "  logLevel: debug\n"}))
     echo(h)                                                # an admin's edit, seen by the watch
@@ -78,10 +81,7 @@ async def test_another_writer_the_watch_saw_makes_the_next_sync_read(harness) ->
 
 async def test_another_writer_not_seen_yet_costs_one_conflict_and_is_kept(harness) -> None:
     h = harness()
-    state = world(h, CONF)
-    watching(h)
-    await scope.sync(h.ctx, state)
-    echo(h)
+    state = await synced(h)
 
     def admin(cm):  # an admin adds a namespace of theirs; its watch event has not arrived
         cm["data"]["scheduler.conf"] = cm["data"]["scheduler.conf"].replace("- slurm", "- admin-ns\n    - slurm")
