@@ -79,10 +79,7 @@ def _run(argv: list[str]) -> int:
 
     kopf.configure(verbose=args.verbose, log_format={
         "plain": kopf.LogFormat.PLAIN, "full": kopf.LogFormat.FULL, "json": kopf.LogFormat.JSON}[args.log_format])
-    if not args.verbose:
-        # kopf logs "Handler ... succeeded" at INFO for every binding event, our own status
-        # patches included: quiet by default, warnings and errors still show (--verbose: all).
-        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    quiet_by_default(args.verbose)
     import asyncio
 
     from . import handlers  # noqa: F401  (registers the handlers)
@@ -93,6 +90,18 @@ def _run(argv: list[str]) -> int:
 
     asyncio.run(main.run(args.liveness))
     return 0
+
+
+# Libraries that log at INFO on every object event or request: kopf "Handler ... succeeded" for
+# every binding event (our own status patches included), httpx one line per runner API call.
+CHATTY_LOGGERS = ("kopf.objects", "httpx", "httpcore")
+
+
+def quiet_by_default(verbose: bool) -> None:
+    """Warnings and errors still show; `--verbose` shows everything."""
+    if not verbose:
+        for name in CHATTY_LOGGERS:
+            logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def main(argv: list[str] | None = None) -> int:
