@@ -111,7 +111,8 @@ class ScopePlan:
 
 def diff_lists(current: Iterable[str], desired: Iterable[str]) -> ScopeDiff:
     """Set difference, sorted (order and duplicates are not changes)."""
-    cur, want = set(current), set(desired)
+    cur = current if isinstance(current, (set, frozenset)) else set(current)
+    want = desired if isinstance(desired, (set, frozenset)) else set(desired)
     return ScopeDiff(added=sorted(want - cur), removed=sorted(cur - want))
 
 
@@ -165,7 +166,7 @@ def _plan(current: list[str], cur: set[str], desired_sandbox: set[str] | frozens
     if new == cur:
         return ScopePlan(list(current), ScopeDiff([], []), added_by_us(sorted(wanted)))
     ordered = sorted(new)
-    return ScopePlan(ordered, ScopeDiff(added=sorted(new - cur), removed=sorted(cur - new)), added_by_us(ordered))
+    return ScopePlan(ordered, diff_lists(cur, new), added_by_us(ordered))
 
 
 def scope_hash(values: Iterable[str]) -> str:
