@@ -165,11 +165,13 @@ def test_a_restart_with_nothing_changed_writes_no_status_and_flips_no_condition(
     first, p, ns = leader_with_binding(plane, "restart-1")
     second = None
     try:
-        kube.create_namespace(f"{p}-x")
-        wait_for(lambda: f"{p}-x" in listed(kube, ns), 10)
-
         def status():
             return kube.binding(ns, "b").get("status")
+        added = status()["scope"]["addedCount"]
+        kube.create_namespace(f"{p}-x")
+        wait_for(lambda: f"{p}-x" in listed(kube, ns), 10)
+        # The status records a scope write after it: wait for that record, not only the list.
+        wait_for(lambda: status()["scope"]["addedCount"] == added + 1, 10, lambda: str(status()["scope"]))
         settled = status()
 
         def unchanged():
