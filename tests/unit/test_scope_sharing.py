@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from sunk_sandbox_operator.api.keys import SCOPE_HASH_ANNOTATION
 from sunk_sandbox_operator.api.spec import LabelSelector
-from sunk_sandbox_operator.controller import scope
+from sunk_sandbox_operator.controller import scope, watch
 from sunk_sandbox_operator.core import conflicts
 from sunk_sandbox_operator.core import scope as sc
 
-from tests.unit.fakes import binding_body, harness_fixture  # noqa: F401 (fixture)
-from tests.unit.test_scope_controller import DEPLOYMENT, world
+from tests.unit.fakes import binding_body, harness_fixture, namespace  # noqa: F401 (fixture)
+from tests.unit.test_scope_controller import DEPLOYMENT, listed, world
 
 
 def body(name: str, created: str, **spec) -> dict:
@@ -65,6 +65,33 @@ async def test_the_scheduler_s_rbac_is_checked_once_per_namespace(harness) -> No
     calls = h.kube.count("service_account_may")
     await scope.sync(h.ctx, state)
     assert h.kube.count("service_account_may") - calls == 1  # only the cluster-wide one (denied at once)
+
+
+async def test_a_burst_asks_only_about_new_namespaces_and_the_retry_asks_the_denied_again(harness) -> None:
+    h = harness()
+    state = world(h, namespaces=("slurm", "ds-known", "ds-two"))
+    allowed = {"slurm", "ds-three"}
+    h.kube.access = lambda sa, verb, resource, ns: sa == "slurm/sa" and ns in allowed
+    assert (await scope.sync(h.ctx, state)).reason == "SchedulerNotPermitted"
+
+    def condition() -> dict:
+        conds = h.kube.get("bindings", "slurm", "b")["status"]["conditions"]
+        return next(c for c in conds if c["type"] == "ScopeSynced")
+
+    calls = h.kube.count("service_account_may")
+    watch.on_namespace(h.ctx, "ADDED", namespace("ds-three"))  # a signalled sync, as in a burst
+    await h.run_until_idle()
+    assert "ds-three" in listed(h)
+    assert h.kube.count("service_account_may") - calls == 2  # ds-three only (2 reviews); the denied not again
+    assert condition()["reason"] == "SchedulerNotPermitted" and "2 listed namespace(s): ds-known, ds-two" \
+        in condition()["message"]
+    allowed |= {"ds-known", "ds-two"}  # the grant arrives; the backoff retry asks again
+    calls = h.kube.count("service_account_may")
+    scope.memory(h.ctx, state).retry_due = True  # what the retry timer sets when it fires
+    watch.on_namespace(h.ctx, "ADDED", namespace("ds-four"))
+    await h.run_until_idle()
+    assert h.kube.count("service_account_may") - calls == 2 * 2 + 1  # both denied again; ds-four denied at once
+    assert "1 listed namespace(s): ds-four" in condition()["message"]
 
 
 async def test_a_cluster_wide_grant_takes_one_review(harness) -> None:

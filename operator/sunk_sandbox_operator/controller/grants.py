@@ -86,14 +86,15 @@ async def verify_scheduler(ctx: Context, state: BindingState, mem: ScopeMemory, 
                            refresh: bool) -> None:
     """SubjectAccessReview: may the scheduler's ServiceAccount watch pods and bind them in every
     listed namespace? (What the seed runbook gets from Helm granting RBAC with the scope.) One
-    cluster-wide review first; else one per namespace not yet confirmed: a confirmed namespace is
-    not asked again while it stays listed, a denied one at every sync (retried with backoff)."""
+    cluster-wide review first; else one per namespace not yet answered: a confirmed namespace is
+    not asked again while it stays listed, a denied one at a resync or the backoff retry (not at
+    every sync of a burst: that would ask about every denied namespace once per write)."""
     d = state.discovery
     if d is None or not d.service_account:
         return
     sa = (d.namespace, d.service_account)
     if mem.permit_sa != sa:
-        mem.permit_sa, mem.permitted, mem.cluster_permitted = sa, set(), None
+        mem.permit_sa, mem.permitted, mem.denied, mem.cluster_permitted = sa, set(), set(), None
     if refresh or mem.cluster_permitted is None:
         (everywhere,) = await io.scheduler_permitted(ctx.kube, sa, [""])
         if isinstance(everywhere, k.Forbidden):
@@ -104,16 +105,19 @@ async def verify_scheduler(ctx: Context, state: BindingState, mem: ScopeMemory, 
         mem.cluster_permitted = everywhere
     if mem.cluster_permitted:
         return
+    again, mem.retry_due = refresh or mem.retry_due, False
+    live = [ns for ns in listed if (info := ctx.namespaces.get(ns)) is not None and not info.terminating]
     mem.permitted &= set(listed)
-    todo = [ns for ns in listed if ns not in mem.permitted
-            and (info := ctx.namespaces.get(ns)) is not None and not info.terminating]
-    denied: list[str] = []
+    mem.denied &= set(live)
+    todo = [ns for ns in live if ns not in mem.permitted and (again or ns not in mem.denied)]
     for ns, allowed in zip(todo, await io.scheduler_permitted(ctx.kube, sa, todo)):
         if allowed is True:
             mem.permitted.add(ns)
+            mem.denied.discard(ns)
         elif allowed is False:
-            denied.append(ns)
-    if denied:
+            mem.denied.add(ns)
+    if mem.denied:
+        denied = [ns for ns in live if ns in mem.denied]
         raise TargetProblem(ScopeSynced.SCHEDULER_NOT_PERMITTED, (
             f"the scheduler's ServiceAccount {sa[0]}/{sa[1]} may not watch pods or create pods/binding in "
             f"{len(denied)} listed namespace(s): {sc.names(sorted(denied))}; its sandboxes there stay Pending. Set "

@@ -167,7 +167,11 @@ def _retry_later(ctx: Context, part: Part, mem: ScopeMemory) -> None:
     mem.failures += 1
     if mem.retry_handle is not None:
         mem.retry_handle.cancel()
-    mem.retry_handle = asyncio.get_running_loop().call_later(delay, mem.syncer.signal)
+
+    def fire() -> None:
+        mem.retry_due = True
+        mem.syncer.signal()
+    mem.retry_handle = asyncio.get_running_loop().call_later(delay, fire)
 
 
 # ---------------------------------------------------------------- one sync
