@@ -126,6 +126,26 @@ async def test_the_document_is_parsed_once_per_resource_version() -> None:
     assert (await t.read()).list.values == ["ds-a"] and memo["parsed"] is primed
 
 
+async def test_the_next_write_of_our_own_text_neither_parses_nor_composes(monkeypatch) -> None:
+    from sunk_sandbox_operator.core import scope_doc
+    kube = FakeKube()
+    helmrelease(kube)
+    memo: dict = {}
+    t = flux(kube, memo)
+    await t.write(await t.read(), ["ds-a", "slurm"], OURS)     # creates the document
+    await t.write(await t.read(), ["ds-a", "slurm", "x"], OURS)  # a splice: its span is kept
+    read = await t.read()                                      # the text our write produced, parse primed
+
+    def refuse(*_a, **_k):
+        raise AssertionError("parsed")
+    monkeypatch.setattr(scope_doc.yaml, "compose", refuse)
+    monkeypatch.setattr(scope_doc, "_load", refuse)
+    monkeypatch.setattr(scope_doc.yaml_splice, "load", refuse)
+    await t.write(read, ["ds-a", "ds-b", "slurm"], OURS)       # the span of the last write: no re-parse
+    monkeypatch.undo()
+    assert listed(kube) == ["ds-a", "ds-b", "slurm"]
+
+
 async def test_malformed_yaml_in_the_key_is_never_written_over() -> None:
     kube = FakeKube()
     helmrelease(kube)

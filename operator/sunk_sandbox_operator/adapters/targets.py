@@ -126,6 +126,23 @@ def _remember(memo: dict | None, version: tuple, parsed: tuple, **more: Any) -> 
         memo.update(version=version, parsed=parsed, **more)
 
 
+def _edited_key(target: Any, memo: dict, read: TargetRead, values: list[str] | None) -> tuple[dict, tuple, Any]:
+    """The ConfigMap data with the list at `target.path` in `target.key` set to `values` (None: as is),
+    what the key's text parses to (checked by the edit), and the list's span in it for the next edit."""
+    data = read.obj.get("data") or {}
+    text = data.get(target.key) or ""
+    parsed = _memoized(memo, _version(read.obj, target.key, target.path), lambda: scope_doc.parse(text))
+    if values is None:
+        return data, parsed, None
+    if parsed[1]:  # malformed YAML is never overwritten (edit takes the parse as valid)
+        raise TargetProblem(ScopeSynced.INVALID_CONFIG, f"{target.describe()}: {parsed[1]}")
+    try:  # the span of our previous write, when this is the text it produced: no re-parse
+        e = scope_doc.edit(text, target.path, values, read.list.style, parsed[0], memo.get("span"))
+    except ValueError as exc:
+        raise TargetProblem(ScopeSynced.INVALID_CONFIG, f"{target.describe()}: {exc}") from None
+    return {**data, target.key: e.text}, (e.data, None), e.span
+
+
 class ConfigMapTarget:
     """A key of the scheduler's ConfigMap holding a YAML document (SUNK 8 `scheduler.conf`)."""
 
@@ -159,18 +176,8 @@ class ConfigMapTarget:
         return written["metadata"].get("resourceVersion") if written is not None else None
 
     async def write(self, read: TargetRead, values: list[str] | None, ledger: Ledger) -> str | None:
-        data, memo = read.obj["data"], self.memo if self.memo is not None else {}
-        version = _version(read.obj, self.key, self.path)
-        parsed = _memoized(memo, version, lambda: scope_doc.parse(data[self.key]))
-        span = None
-        if values is not None:
-            if parsed[1]:  # malformed YAML is never overwritten (edit takes the parse as valid)
-                raise TargetProblem(ScopeSynced.INVALID_CONFIG, f"{self.describe()}: {parsed[1]}")
-            try:  # the span of our previous write, when this is the text it produced: no re-parse
-                e = scope_doc.edit(data[self.key], self.path, values, read.list.style, parsed[0], memo.get("span"))
-            except ValueError as exc:
-                raise TargetProblem(ScopeSynced.INVALID_CONFIG, f"{self.describe()}: {exc}") from None
-            data, parsed, span = {**data, self.key: e.text}, (e.data, None), e.span
+        memo = self.memo if self.memo is not None else {}
+        data, parsed, span = _edited_key(self, memo, read, values)
         meta = {**read.obj["metadata"], "annotations": _annotations_with(read.obj, ledger)}
         body = {**read.obj, "metadata": meta, "data": data}
         memo.pop("written", None)  # a failed write leaves nothing to reuse
@@ -332,18 +339,8 @@ class FluxTarget:
         return TargetRead(found, obj, _ledger(obj))
 
     async def write(self, read: TargetRead, values: list[str] | None, ledger: Ledger) -> str | None:
-        data, new_doc = dict(read.obj.get("data") or {}), None
-        if values is not None:
-            text = data.get(self.key) or ""
-            old_doc, error = _memoized(self.memo, _version(read.obj, self.key, self.path),
-                                       lambda: scope_doc.parse(text))
-            if error:  # malformed YAML is never overwritten (edit_list takes the parse as valid)
-                raise TargetProblem(ScopeSynced.INVALID_CONFIG, f"{self.describe()}: {error}")
-            try:
-                text, new_doc = scope_doc.edit_list(text, self.path, values, read.list.style, old_doc)
-            except ValueError as exc:
-                raise TargetProblem(ScopeSynced.INVALID_CONFIG, f"{self.describe()}: {exc}") from None
-            data[self.key] = text
+        memo = self.memo if self.memo is not None else {}
+        data, parsed, span = _edited_key(self, memo, read, values)
         meta = dict(read.obj.get("metadata") or {})
         labels = {**(meta.get("labels") or {}), FLUX_WATCH_LABEL[0]: FLUX_WATCH_LABEL[1]}  # kept on every write
         exists = bool(meta.get("resourceVersion"))
@@ -359,8 +356,7 @@ class FluxTarget:
                 written = await self.kube.replace_configmap(self.namespace, self.name, body)
             else:
                 written = await self.kube.create_configmap(self.namespace, body)
-        if new_doc is not None:  # what we wrote was checked to parse to new_doc: the next read need not parse
-            _remember(self.memo, _version(written, self.key, self.path), (new_doc, None))
+        _remember(self.memo, _version(written, self.key, self.path), parsed, span=span)  # as ConfigMapTarget
         return (written.get("metadata") or {}).get("resourceVersion")
 
 
