@@ -38,6 +38,16 @@ def test_target_keys_tell_targets_apart() -> None:
     assert conflicts.target_key(body("c", "t")) == conflicts.target_key(body("d", "t"))
 
 
+def test_flux_target_keys_fill_in_the_defaults() -> None:
+    def flux(name: str, **hr) -> dict:
+        return body(name, "t", scope={"target": {"kind": "FluxHelmRelease", "helmRelease": {"name": "slurm", **hr}}})
+    spelled = flux("b", namespace="slurm", configMap="slurm-sunk-scope", key="values.yaml",
+                   path="scheduler.scope.namespaces")
+    assert conflicts.target_key(flux("a")) == conflicts.target_key(spelled)   # the same ConfigMap key
+    assert conflicts.target_key(flux("a")) != conflicts.target_key(flux("c", key="other.yaml"))
+    assert conflicts.target_key(flux("a")) != conflicts.target_key(flux("d", namespace="flux-system"))
+
+
 async def test_a_conflicting_binding_writes_nothing_to_the_target(harness) -> None:
     h = harness()
     state = world(h)

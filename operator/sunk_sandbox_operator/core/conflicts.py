@@ -6,6 +6,10 @@ time, then namespace/name so the order is total) owns it; every younger one writ
 
 from __future__ import annotations
 
+from pydantic import ValidationError
+
+from ..api.spec import FluxTarget
+
 
 def _age_key(binding: dict) -> tuple[str, str, str]:
     meta = binding.get("metadata") or {}
@@ -44,9 +48,13 @@ def target_key(binding: dict) -> tuple:
     if kind == "ArgoCDApplication":
         app = target.get("application") or {}
         return (kind, app.get("namespace") or "argocd", app.get("name") or "", app.get("path") or "")
-    if kind == "FluxHelmRelease":
-        flux = target.get("flux") or target.get("helmRelease") or {}
-        return (kind, sched_ns, repr(sorted(flux.items())))
+    if kind == "FluxHelmRelease":  # the ConfigMap key written, with the spec's defaults filled in
+        raw = target.get("helmRelease") or {}
+        try:
+            hr = FluxTarget.model_validate(raw)
+        except ValidationError:  # rejected elsewhere; keyed as written meanwhile
+            return (kind, sched_ns, repr(sorted(raw.items())))
+        return (kind, hr.namespace or sched_ns, hr.config_map_name(), hr.key, hr.path)
     cm = target.get("configMap") or {}
     return (kind, sched_ns, cm.get("name") or "", cm.get("key") or "", cm.get("path") or "")
 

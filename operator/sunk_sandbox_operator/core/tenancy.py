@@ -132,9 +132,8 @@ def violations(spec: BindingSpec, binding_namespace: str, policy: TenancyPolicy)
     if target.kind == "ArgoCDApplication":
         reach("spec.scope.target.application.namespace", target.application.namespace, "the Argo CD Application")
     elif target.kind == "FluxHelmRelease":
-        hr = getattr(target, "helm_release", None)
-        if hr is not None:
-            reach("spec.scope.target.helmRelease.namespace", hr.namespace or sched_ns, "the Flux HelmRelease")
+        reach("spec.scope.target.helmRelease.namespace", target.helm_release.namespace or sched_ns,
+              "the Flux HelmRelease")
     role = spec.scope.grant_cluster_role
     if role and role not in policy.allowed_grant_roles:
         out.append(Violation("spec.scope.grantClusterRole", f"{role} is not a ClusterRole the operator may grant "
@@ -159,11 +158,6 @@ def violations(spec: BindingSpec, binding_namespace: str, policy: TenancyPolicy)
             out.append(Violation(f"spec.scope.alwaysInclude[{i}]", f"{name} is a system namespace: the operator's "
                                  "admin must allow bindings here to reach it (--allow-reach)"))
     return out
-
-
-def excluded(policy: TenancyPolicy, namespace: str) -> bool:
-    """A namespace no selector or glob ever matches (only an explicit, allowed name lists it)."""
-    return policy.system(namespace)
 
 
 def parse_reach(text: str) -> dict[str, tuple[str, ...]]:
