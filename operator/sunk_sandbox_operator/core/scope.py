@@ -42,9 +42,14 @@ class Matcher:
         return self.selector is not None and selectors.matches(self.selector, labels or {})
 
 
+def is_literal(name: str) -> bool:
+    """A sandboxNamespaces name without glob characters: one namespace, by its exact name."""
+    return not any(ch in name for ch in "*?[")
+
+
 def compile_matcher(spec: SandboxNamespaces, excluded: Callable[[str], bool] | None = None) -> Matcher:
     globs = re.compile("|".join(fnmatch.translate(g) for g in spec.names)) if spec.names else None
-    literals = frozenset(g for g in spec.names if not any(ch in g for ch in "*?["))
+    literals = frozenset(filter(is_literal, spec.names))
     return Matcher(globs, selectors.parse_selector(spec.selector) if spec.selector is not None else None,
                    literals, excluded)
 

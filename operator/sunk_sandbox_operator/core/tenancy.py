@@ -18,6 +18,7 @@ from typing import Iterable, Mapping
 from urllib.parse import urlsplit
 
 from ..api.spec import BindingSpec
+from .scope import is_literal
 
 DEFAULT_API_URLS = ("https://api.coreweave.com",)
 DEFAULT_GRANT_ROLES = ("sunk-scheduler-sandbox",)  # the ClusterRole the operator may bind (manifests/rbac.yaml)
@@ -149,7 +150,7 @@ def violations(spec: BindingSpec, binding_namespace: str, policy: TenancyPolicy)
                              "matchLabels or matchExpressions (e.g. matchLabels: {sunk.coreweave.com/sandbox: "
                              "\"true\"})"))
     for i, name in enumerate(sn.names):
-        literal = not any(ch in name for ch in "*?[")
+        literal = is_literal(name)
         if literal and policy.system(name) and not policy.may_reach(binding_namespace, name):
             out.append(Violation(f"spec.sandboxNamespaces.names[{i}]", f"{name} is a system namespace: the operator's "
                                  "admin must allow bindings here to reach it (--allow-reach)"))

@@ -46,9 +46,14 @@ _BOOL_OR_NULL = frozenset(w for base in ("yes", "no", "true", "false", "on", "of
                           for w in (base, base.capitalize(), base.upper()))
 
 
+def plain_name(text: str) -> bool:
+    """A name that renders as itself, plain, in any block list: no quoting, no YAML load."""
+    return bool(_LETTER_START.match(text)) and text not in _BOOL_OR_NULL
+
+
 def scalar(text: str, flow: bool, quote: str | None = None) -> str:
     """Render one string so it re-parses as that exact string (plain when unambiguous)."""
-    if quote is None and _LETTER_START.match(text) and text not in _BOOL_OR_NULL:
+    if quote is None and plain_name(text):
         return text  # the common case (namespace names): no YAML load per name
     plain = _PLAIN_OK if flow else _PLAIN_OK_WITH_COMMAS
     if quote is None and plain.match(text) and _loads_as(text) == text:
@@ -74,11 +79,6 @@ def _after_colon(value: Any, indent: int, nl: str) -> str:
     if isinstance(value, dict):
         return "".join(f"{nl}{pad}{scalar(k, False)}:{_after_colon(v, indent + 2, nl)}" for k, v in value.items())
     return " " + scalar(value, False)
-
-
-def plain_name(text: str) -> bool:
-    """A name that renders as itself, plain, in any block list: no quoting, no YAML load."""
-    return bool(_LETTER_START.match(text)) and text not in _BOOL_OR_NULL
 
 
 _PLAIN_LINES = re.compile(r"[A-Za-z][A-Za-z0-9_./-]*(?:\n[A-Za-z][A-Za-z0-9_./-]*)*")
