@@ -65,7 +65,8 @@ def load_configuration() -> Configuration:
     return cfg
 
 
-def _ns(namespace: str, plural: str, name: str = "", group: str = "", version: str = "v1") -> str:
+def ns_path(namespace: str, plural: str, name: str = "", group: str = "", version: str = "v1") -> str:
+    """The API path of a namespaced collection, or of one object in it."""
     base = f"/apis/{group}/{version}" if group else "/api/v1"
     return f"{base}/namespaces/{namespace}/{plural}" + (f"/{name}" if name else "")
 
@@ -108,17 +109,17 @@ class Kube:
     # ------------------------------------------------------------ reads
 
     async def list_pods(self, namespace: str, label_selector: str | None) -> list[dict]:
-        return await self._items(_ns(namespace, "pods"), {"labelSelector": label_selector} if label_selector else None)
+        return await self._items(ns_path(namespace, "pods"), {"labelSelector": label_selector} if label_selector else None)
 
     async def list_configmaps(self, namespace: str) -> list[dict]:
-        return await self._items(_ns(namespace, "configmaps"))
+        return await self._items(ns_path(namespace, "configmaps"))
 
     async def get_configmap(self, namespace: str, name: str) -> dict:
-        return await self._get(_ns(namespace, "configmaps", name))
+        return await self._get(ns_path(namespace, "configmaps", name))
 
     async def read_secret_key(self, namespace: str, name: str, key: str) -> str:
         """The decoded value of one Secret key (never logged by callers). KeyError when absent."""
-        secret = await self._get(_ns(namespace, "secrets", name))
+        secret = await self._get(ns_path(namespace, "secrets", name))
         raw = (secret.get("data") or {}).get(key)
         if raw is None:
             raise KeyError(key)
@@ -127,7 +128,7 @@ class Kube:
     async def secret_has_key(self, namespace: str, name: str, key: str) -> bool:
         """Whether a Secret holds a non-empty key (admission warnings): the value is neither decoded
         nor returned. NotFound / Forbidden as for any read."""
-        secret = await self._get(_ns(namespace, "secrets", name))
+        secret = await self._get(ns_path(namespace, "secrets", name))
         return bool((secret.get("data") or {}).get(key))
 
     async def service_account_may(self, sa_namespace: str, sa_name: str, verb: str, resource: str,
@@ -145,20 +146,20 @@ class Kube:
         return bool((answer.get("status") or {}).get("allowed"))
 
     async def list_statefulsets(self, namespace: str) -> list[dict]:
-        return await self._items(_ns(namespace, "statefulsets", group="apps"))
+        return await self._items(ns_path(namespace, "statefulsets", group="apps"))
 
     async def list_deployments(self, namespace: str) -> list[dict]:
-        return await self._items(_ns(namespace, "deployments", group="apps"))
+        return await self._items(ns_path(namespace, "deployments", group="apps"))
 
     async def list_bindings(self) -> list[dict]:
         return await self._items(f"/apis/{keys.GROUP}/{keys.VERSION}/{keys.PLURAL}")
 
     async def get_application(self, namespace: str, name: str) -> dict:
-        return await self._get(_ns(namespace, ARGO_PLURAL, name, ARGO_GROUP, ARGO_VERSION))
+        return await self._get(ns_path(namespace, ARGO_PLURAL, name, ARGO_GROUP, ARGO_VERSION))
 
     async def get_helmrelease(self, namespace: str, name: str) -> dict:
         """A Flux HelmRelease (read only: the FluxHelmRelease target writes the ConfigMap it consumes)."""
-        return await self._get(_ns(namespace, FLUX_PLURAL, name, FLUX_GROUP, FLUX_VERSION))
+        return await self._get(ns_path(namespace, FLUX_PLURAL, name, FLUX_GROUP, FLUX_VERSION))
 
     async def list_rolebindings(self, label_selector: str) -> list[dict]:
         return await self._items(f"/apis/{RBAC}/v1/rolebindings", {"labelSelector": label_selector})
@@ -166,52 +167,52 @@ class Kube:
     # ------------------------------------------------------------ writes
 
     async def patch_binding_status(self, namespace: str, name: str, status_patch: dict) -> dict:
-        path = _ns(namespace, keys.PLURAL, name, keys.GROUP, keys.VERSION) + "/status"
+        path = ns_path(namespace, keys.PLURAL, name, keys.GROUP, keys.VERSION) + "/status"
         return await self._write("PATCH", path, {"status": status_patch}, content_type=MERGE_PATCH, params=OURS)
 
     async def replace_configmap(self, namespace: str, name: str, body: dict) -> dict:
         """PUT with the body's resourceVersion as precondition (409 → Conflict, 422 → Invalid)."""
-        return await self._write("PUT", _ns(namespace, "configmaps", name), body, params=OURS)
+        return await self._write("PUT", ns_path(namespace, "configmaps", name), body, params=OURS)
 
     async def create_configmap(self, namespace: str, body: dict) -> dict:
-        return await self._write("POST", _ns(namespace, "configmaps"), body, params=OURS)
+        return await self._write("POST", ns_path(namespace, "configmaps"), body, params=OURS)
 
     async def delete_configmap(self, namespace: str, name: str) -> None:
-        await self._delete(_ns(namespace, "configmaps", name))
+        await self._delete(ns_path(namespace, "configmaps", name))
 
     async def merge_patch_deployment(self, namespace: str, name: str, patch: dict) -> dict:
-        return await self._write("PATCH", _ns(namespace, "deployments", name, "apps"), patch,
+        return await self._write("PATCH", ns_path(namespace, "deployments", name, "apps"), patch,
                                  content_type=MERGE_PATCH, params=OURS)
 
     async def merge_patch_statefulset(self, namespace: str, name: str, patch: dict) -> dict:
-        return await self._write("PATCH", _ns(namespace, "statefulsets", name, "apps"), patch,
+        return await self._write("PATCH", ns_path(namespace, "statefulsets", name, "apps"), patch,
                                  content_type=MERGE_PATCH, params=OURS)
 
     async def merge_patch_application(self, namespace: str, name: str, patch: dict) -> dict:
         """JSON merge patch of an Argo CD Application; metadata.resourceVersion in it is a precondition."""
-        return await self._write("PATCH", _ns(namespace, ARGO_PLURAL, name, ARGO_GROUP, ARGO_VERSION), patch,
+        return await self._write("PATCH", ns_path(namespace, ARGO_PLURAL, name, ARGO_GROUP, ARGO_VERSION), patch,
                                  content_type=MERGE_PATCH, params=OURS)
 
     async def create_event(self, namespace: str, body: dict) -> dict:
-        return await self._write("POST", _ns(namespace, "events"), body)
+        return await self._write("POST", ns_path(namespace, "events"), body)
 
     async def create_rolebinding(self, namespace: str, body: dict) -> dict:
-        return await self._write("POST", _ns(namespace, "rolebindings", group=RBAC), body, params=OURS)
+        return await self._write("POST", ns_path(namespace, "rolebindings", group=RBAC), body, params=OURS)
 
     async def delete_rolebinding(self, namespace: str, name: str) -> None:
-        await self._delete(_ns(namespace, "rolebindings", name, RBAC))
+        await self._delete(ns_path(namespace, "rolebindings", name, RBAC))
 
     # ------------------------------------------------------------ leases (leader election)
     # Not behind the write gate: taking and renewing the Lease is how a replica becomes the writer.
 
     async def get_lease(self, namespace: str, name: str) -> dict:
         """A coordination.k8s.io/v1 Lease (404 → NotFound)."""
-        return await self._get(_ns(namespace, "leases", name, "coordination.k8s.io"))
+        return await self._get(ns_path(namespace, "leases", name, "coordination.k8s.io"))
 
     async def create_lease(self, namespace: str, body: dict) -> dict:
         """409 (already exists) → Conflict."""
-        return await self.http.request("POST", _ns(namespace, "leases", group="coordination.k8s.io"), None, body)
+        return await self.http.request("POST", ns_path(namespace, "leases", group="coordination.k8s.io"), None, body)
 
     async def replace_lease(self, namespace: str, name: str, body: dict) -> dict:
         """PUT with the body's resourceVersion as precondition (409 → Conflict)."""
-        return await self.http.request("PUT", _ns(namespace, "leases", name, "coordination.k8s.io"), None, body)
+        return await self.http.request("PUT", ns_path(namespace, "leases", name, "coordination.k8s.io"), None, body)

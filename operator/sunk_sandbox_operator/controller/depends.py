@@ -47,10 +47,10 @@ class Watched:
 
     def resource(self) -> Resource:
         ns = self.namespace
-        path = {"ConfigMap": f"/api/v1/namespaces/{ns}/configmaps",
-                "Pod": f"/api/v1/namespaces/{ns}/pods",
-                "Application": f"/apis/{k.ARGO_GROUP}/{k.ARGO_VERSION}/namespaces/{ns}/{k.ARGO_PLURAL}",
-                "HelmRelease": f"/apis/{k.FLUX_GROUP}/{k.FLUX_VERSION}/namespaces/{ns}/{k.FLUX_PLURAL}"}[self.kind]
+        path = {"ConfigMap": k.ns_path(ns, "configmaps"),
+                "Pod": k.ns_path(ns, "pods"),
+                "Application": k.ns_path(ns, k.ARGO_PLURAL, group=k.ARGO_GROUP, version=k.ARGO_VERSION),
+                "HelmRelease": k.ns_path(ns, k.FLUX_PLURAL, group=k.FLUX_GROUP, version=k.FLUX_VERSION)}[self.kind]
         return Resource(path, label_selector=self.selector, metadata_only=True)
 
 
