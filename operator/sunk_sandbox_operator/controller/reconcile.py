@@ -53,8 +53,7 @@ async def _conflict(ctx: Context, state: BindingState) -> str | None:
     Also notes the bindings that exist (shared-target ledgers keep the entries of live ones only)
     and whether an older binding on the same scope target disagrees with this one."""
     bindings = await ctx.kube.list_bindings()
-    ctx.listed_bindings = frozenset(f"{(b.get('metadata') or {}).get('namespace')}/{(b.get('metadata') or {}).get('name')}"
-                                    for b in bindings)
+    ctx.listed_bindings = frozenset(map(conflicts.ref, bindings))
     state.target_conflict = conflicts.shared_target_conflict(state.body, bindings)
     return conflicts.older_owner(state.body, bindings)
 

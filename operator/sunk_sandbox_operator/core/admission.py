@@ -147,11 +147,6 @@ def _me(req: Request) -> dict:
     return {**obj, "metadata": meta}
 
 
-def _ref(binding: dict) -> str:
-    meta = binding.get("metadata") or {}
-    return f"{meta.get('namespace')}/{meta.get('name')}"
-
-
 def _target_text(key: tuple) -> str:
     return " ".join(str(part) for part in key if part)
 
@@ -161,13 +156,13 @@ def warnings(req: Request, spec: BindingSpec, facts: Facts) -> list[str]:
     out: list[str] = []
     if facts.bindings is not None:
         me = _me(req)
-        others = [b for b in facts.bindings if _ref(b) != _ref(me)]
+        others = [b for b in facts.bindings if conflicts.ref(b) != conflicts.ref(me)]
         owner = conflicts.older_owner(me, others)
         if owner:
             out.append(f"runner {spec.runner.id} is already bound by binding {owner} (older): this binding will "
                        "write nothing (RunnerConflict) while that one exists; delete one of them")
         key = conflicts.target_key(me)
-        sharing = sorted(_ref(b) for b in others if conflicts.target_key(b) == key)
+        sharing = sorted(conflicts.ref(b) for b in others if conflicts.target_key(b) == key)
         disagree = conflicts.shared_target_conflict(me, others) if sharing else None
         if disagree:
             out.append(f"{disagree} (until then this binding writes nothing to the scope target)")

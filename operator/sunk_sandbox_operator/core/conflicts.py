@@ -16,6 +16,12 @@ def _age_key(binding: dict) -> tuple[str, str, str]:
     return (meta.get("creationTimestamp") or "", meta.get("namespace") or "", meta.get("name") or "")
 
 
+def ref(binding: dict) -> str:
+    """namespace/name of a binding body."""
+    meta = binding.get("metadata") or {}
+    return f"{meta.get('namespace')}/{meta.get('name')}"
+
+
 def _runner_id(binding: dict) -> str | None:
     return ((binding.get("spec") or {}).get("runner") or {}).get("id")
 
@@ -26,13 +32,12 @@ def older_owner(me: dict, others: list[dict]) -> str | None:
     mine = _age_key(me)
     runner = _runner_id(me)
     for other in sorted(others, key=_age_key):
-        meta = other.get("metadata") or {}
         # An older binding being deleted still owns the runner until it is gone: its finalizer may be
         # restoring the policy, and a takeover meanwhile would be undone by that restore.
         if _age_key(other)[1:] == mine[1:] or _runner_id(other) != runner:
             continue
         if _age_key(other) < mine:
-            return f"{meta.get('namespace')}/{meta.get('name')}"
+            return ref(other)
     return None
 
 
@@ -75,12 +80,11 @@ def shared_target_conflict(me: dict, others: list[dict]) -> str | None:
         if _age_key(other)[1:] == mine[1:] or _age_key(other) >= mine or target_key(other) != key:
             continue
         (their_mode, their_roll), (my_mode, my_roll) = _writes(other), _writes(me)
-        meta = other.get("metadata") or {}
-        ref = f"{meta.get('namespace')}/{meta.get('name')}"
+        older = ref(other)
         if their_mode != my_mode:
-            return (f"binding {ref} (older) shares this scope target in mode {their_mode}, this one is {my_mode}: "
+            return (f"binding {older} (older) shares this scope target in mode {their_mode}, this one is {my_mode}: "
                     "a list cannot be both written and only observed; give both the same spec.mode")
         if their_roll != my_roll:
-            return (f"binding {ref} (older) shares this scope target with spec.scope.restartScheduler="
+            return (f"binding {older} (older) shares this scope target with spec.scope.restartScheduler="
                     f"{str(their_roll).lower()}, this one {str(my_roll).lower()}: make them agree")
     return None
