@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from sunk_sandbox_operator.api.keys import SCOPE_HASH_ANNOTATION
 from sunk_sandbox_operator.api.spec import LabelSelector
-from sunk_sandbox_operator.controller import scope, watch
+from sunk_sandbox_operator.controller import grants, scope, watch
 from sunk_sandbox_operator.core import conflicts
 from sunk_sandbox_operator.core import scope as sc
 
@@ -77,7 +77,7 @@ async def test_the_scheduler_s_rbac_is_checked_once_per_namespace(harness) -> No
     assert h.kube.count("service_account_may") - calls == 1  # only the cluster-wide one (denied at once)
 
 
-async def test_a_burst_asks_only_about_new_namespaces_and_the_retry_asks_the_denied_again(harness) -> None:
+async def test_a_burst_asks_only_about_new_namespaces_and_the_denied_again_after_a_while(harness) -> None:
     h = harness()
     state = world(h, namespaces=("slurm", "ds-known", "ds-two"))
     allowed = {"slurm", "ds-three"}
@@ -95,9 +95,9 @@ async def test_a_burst_asks_only_about_new_namespaces_and_the_retry_asks_the_den
     assert h.kube.count("service_account_may") - calls == 2  # ds-three only (2 reviews); the denied not again
     assert condition()["reason"] == "SchedulerNotPermitted" and "2 listed namespace(s): ds-known, ds-two" \
         in condition()["message"]
-    allowed |= {"ds-known", "ds-two"}  # the grant arrives; the backoff retry asks again
+    allowed |= {"ds-known", "ds-two"}  # the grant arrives; asked again once the pacing allows
+    await h.clock.advance(grants.DENIED_RECHECK_SECONDS)
     calls = h.kube.count("service_account_may")
-    scope.memory(h.ctx, state).retry_due = True  # what the retry timer sets when it fires
     watch.on_namespace(h.ctx, "ADDED", namespace("ds-four"))
     await h.run_until_idle()
     assert h.kube.count("service_account_may") - calls == 2 * 2 + 1  # both denied again; ds-four denied at once

@@ -15,6 +15,8 @@ from ..core import scope as sc
 from .context import Context
 from .state import BindingState, ScopeMemory
 
+DENIED_RECHECK_SECONDS = 5.0  # how soon a grant to a denied namespace is seen while syncs keep coming
+
 
 def _want_body(state: BindingState, role: str):
     d = state.discovery
@@ -87,8 +89,9 @@ async def verify_scheduler(ctx: Context, state: BindingState, mem: ScopeMemory, 
     """SubjectAccessReview: may the scheduler's ServiceAccount watch pods and bind them in every
     listed namespace? (What the seed runbook gets from Helm granting RBAC with the scope.) One
     cluster-wide review first; else one per namespace not yet answered: a confirmed namespace is
-    not asked again while it stays listed, a denied one at a resync or the backoff retry (not at
-    every sync of a burst: that would ask about every denied namespace once per write)."""
+    not asked again while it stays listed, a denied one at a resync or at most every
+    DENIED_RECHECK_SECONDS (not at every sync of a burst: that would ask about every denied
+    namespace once per write; the backoff retry brings a sync when nothing else does)."""
     d = state.discovery
     if d is None or not d.service_account:
         return
@@ -105,7 +108,10 @@ async def verify_scheduler(ctx: Context, state: BindingState, mem: ScopeMemory, 
         mem.cluster_permitted = everywhere
     if mem.cluster_permitted:
         return
-    again, mem.retry_due = refresh or mem.retry_due, False
+    now = ctx.monotonic()
+    again = refresh or now >= mem.denied_asked + DENIED_RECHECK_SECONDS
+    if again:
+        mem.denied_asked = now
     live = [ns for ns in listed if (info := ctx.namespaces.get(ns)) is not None and not info.terminating]
     mem.permitted &= set(listed)
     mem.denied &= set(live)

@@ -167,11 +167,7 @@ def _retry_later(ctx: Context, part: Part, mem: ScopeMemory) -> None:
     mem.failures += 1
     if mem.retry_handle is not None:
         mem.retry_handle.cancel()
-
-    def fire() -> None:
-        mem.retry_due = True
-        mem.syncer.signal()
-    mem.retry_handle = asyncio.get_running_loop().call_later(delay, fire)
+    mem.retry_handle = asyncio.get_running_loop().call_later(delay, mem.syncer.signal)
 
 
 # ---------------------------------------------------------------- one sync

@@ -56,8 +56,8 @@ class ScopeMemory:
     permit_sa: tuple[str, str] | None = None   # the scheduler ServiceAccount the checks below are for
     permitted: set[str] = field(default_factory=set)  # listed namespaces where it may watch and bind pods
     cluster_permitted: bool | None = None      # ... everywhere (one cluster-wide SubjectAccessReview)
-    denied: set[str] = field(default_factory=set)  # listed namespaces where it may not (asked again on retry)
-    retry_due: bool = False                    # the backoff retry fired: what was denied is asked again
+    denied: set[str] = field(default_factory=set)  # listed namespaces where it may not
+    denied_asked: float = float("-inf")        # when the denied ones were last asked again (monotonic)
 
 
 @dataclass(frozen=True)
