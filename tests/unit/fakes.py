@@ -391,8 +391,12 @@ class FakeKube:
         obj["metadata"]["namespace"] = namespace
         return self.add("rolebindings", obj)
 
-    async def delete_rolebinding(self, namespace: str, name: str) -> None:
+    async def delete_rolebinding(self, namespace: str, name: str, uid: str | None = None) -> None:
         self._enter("delete_rolebinding", namespace, name, namespace=namespace)
+        found = self.store["rolebindings"].get((namespace, name))
+        if found is not None and uid is not None and found["metadata"].get("uid") != uid:
+            raise k.Conflict(f"Precondition failed: UID in precondition: {uid}, UID in object meta: "
+                             f"{found['metadata'].get('uid')}")
         self.store["rolebindings"].pop((namespace, name), None)  # Kube swallows 404 too
 
 
@@ -454,9 +458,10 @@ class FakeRunner:
 
 def install_runner(state: BindingState, runner: FakeRunner) -> None:
     """Make `controller.policy.client` hand out `runner` for this binding's credentials."""
-    ref = state.spec.runner.token_secret_ref
+    spec = state.spec or state.live_spec  # admitted, or what the first reconcile will admit
+    ref = spec.runner.token_secret_ref
     state.policy.client = runner
-    state.policy.client_key = (state.spec.runner.api_url, ref.name, ref.key)
+    state.policy.client_key = (spec.runner.api_url, ref.name, ref.key)
 
 
 # ---------------------------------------------------------------- bodies and the harness
@@ -502,8 +507,9 @@ class Harness:
         return [reason for _, reason, _ in self.events]
 
     def binding(self, body: dict | None = None, *, stored: bool = True, active: bool = True,
-                discovered: Discovery | None = None, observed: bool = True) -> BindingState:
-        """A binding the registry knows (and the API server holds), reconciled once unless `active=False`.
+                discovered: Discovery | None = None, observed: bool = True, admitted: bool = True) -> BindingState:
+        """A binding the registry knows (and the API server holds), reconciled once unless `active=False`;
+        its spec admitted (as a reconcile's tenancy check does) unless `admitted=False` or it does not parse.
 
         `observed`: every concern has reported a part (Unknown, NotReconciled), as after a first
         reconcile; the status writer composes nothing before that."""
@@ -511,6 +517,8 @@ class Harness:
         if stored:
             body = self.kube.add("bindings", body)
         state = self.ctx.bindings.ensure(body)
+        if admitted and state.live_spec is not None:
+            state.admit()  # as a reconcile's tenancy check would (the harness' bindings are allowed)
         if observed:
             for ctype in CONDITION_TYPES[1:]:
                 state.report(Part(ctype, "Unknown", "NotReconciled", "not reconciled yet"))

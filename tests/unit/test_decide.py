@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from sunk_sandbox_operator.api.keys import BINDING_LABEL, MANAGED_BY_LABEL
+from sunk_sandbox_operator.api.keys import BINDING_LABEL, BINDING_UID_LABEL, MANAGED_BY_LABEL
 from sunk_sandbox_operator.api.spec import LabelSelector, parse_spec
 from sunk_sandbox_operator.api.status import OwnedPath
 from sunk_sandbox_operator.core import grants as g
@@ -238,49 +238,88 @@ def test_binding_label_and_rolebinding_name_fit() -> None:
     label = g.binding_label("n" * 63, "b" * 253)
     assert len(label) <= 63 and label[-1].isalnum()
     assert g.binding_label("slurm", "b") == "slurm.b"
-    assert len(g.rolebinding_name("n" * 63, "b" * 253)) <= 253
-    assert g.rolebinding_name("slurm", "b") == "sunk-scheduler-slurm-b"
     other = ("n" * 63, "b" * 252 + "c")
-    assert g.binding_label(*other) != label and g.rolebinding_name(*other) != g.rolebinding_name("n" * 63, "b" * 253)
+    assert g.binding_label(*other) != label
     assert g.selector("slurm", "b") == f"{BINDING_LABEL}=slurm.b"
+    uid = "6f1c2d3e-0000-4000-8000-000000000001"
+    assert g.rolebinding_name(uid).startswith("sunk-scheduler-") and len(g.rolebinding_name(uid)) <= 63
+
+
+def test_rolebinding_names_of_two_bindings_never_collide() -> None:
+    """`team`/`x-prod` and `team-x`/`prod` were both sunk-scheduler-team-x-prod: one tenant blocked
+    (409 counted as granted) or deleted (by name) the other's grant. Names come from the UID now."""
+    assert g.legacy_rolebinding_name("team", "x-prod") == g.legacy_rolebinding_name("team-x", "prod")
+    assert g.rolebinding_name("uid-of-team/x-prod") != g.rolebinding_name("uid-of-team-x/prod")
+    a = g.rolebinding("team", "x-prod", "uid-a", "ds-1", "role", "sa", "team")
+    b = g.rolebinding("team-x", "prod", "uid-b", "ds-1", "role", "sa", "team-x")
+    assert a["metadata"]["name"] != b["metadata"]["name"]
+    assert g.is_ours(a, "uid-a", g.legacy_rolebinding_name("team", "x-prod")) and not g.is_ours(b, "uid-a", "x")
 
 
 def test_rolebinding_body() -> None:
-    rb = g.rolebinding("slurm", "b", "ds-a", "role", "sa", "sched-ns")
-    assert rb["metadata"] == {"name": "sunk-scheduler-slurm-b", "namespace": "ds-a",
-                              "labels": {BINDING_LABEL: "slurm.b", MANAGED_BY_LABEL[0]: MANAGED_BY_LABEL[1]}}
+    rb = g.rolebinding("slurm", "b", "u1", "ds-a", "role", "sa", "sched-ns")
+    assert rb["metadata"] == {"name": g.rolebinding_name("u1"), "namespace": "ds-a",
+                              "labels": {BINDING_LABEL: "slurm.b", BINDING_UID_LABEL: "u1",
+                                         MANAGED_BY_LABEL[0]: MANAGED_BY_LABEL[1]}}
     assert rb["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "role"}
     assert rb["subjects"] == [{"kind": "ServiceAccount", "name": "sa", "namespace": "sched-ns"}]
 
 
-def _want(role: str = "role"):
-    return lambda ns: g.rolebinding("slurm", "b", ns, role, "sa", "slurm")
+def _want(role: str = "role", uid: str = "u1"):
+    return lambda ns: g.rolebinding("slurm", "b", uid, ns, role, "sa", "slurm")
+
+
+LEGACY = g.legacy_rolebinding_name("slurm", "b")
 
 
 def test_plan_grants_from_a_fresh_list() -> None:
-    name = g.rolebinding_name("slurm", "b")
+    name = g.rolebinding_name("u1")
     found = [_want()("ds-a"), _want("old-role")("ds-b"), _want()("gone")]
     plan = g.plan_grants(role="role", wanted=["ds-a", "ds-b", "ds-c"], known={"stale-belief"}, found=found,
-                         want_body=_want(), name=name)
+                         want_body=_want(), uid="u1", legacy_name=LEGACY)
     assert plan.have == {"ds-a"}                                            # the fresh list wins over the belief
-    assert sorted(plan.to_delete) == [("ds-b", name), ("gone", name)]       # out of date, or no longer listed
+    assert sorted(plan.to_delete) == [("ds-b", name, None), ("gone", name, None)]  # out of date, or not wanted
     assert plan.to_create == ["ds-b", "ds-c"] and not plan.empty
 
 
+def test_plan_grants_counts_and_deletes_only_its_own() -> None:
+    """A RoleBinding carrying our label but another binding's UID (a look-alike, or the binding of the
+    same name before it was deleted and created again) is neither counted as granted nor deleted."""
+    look_alike = _want(uid="u-other")("ds-a")
+    legacy = {**_want()("ds-b"), "metadata": {"name": LEGACY, "namespace": "ds-b", "uid": "x",
+                                             "labels": {BINDING_LABEL: "slurm.b", MANAGED_BY_LABEL[0]: MANAGED_BY_LABEL[1]}}}
+    plan = g.plan_grants(role="role", wanted=["ds-a", "ds-b"], known=None, found=[look_alike, legacy],
+                         want_body=_want(), uid="u1", legacy_name=LEGACY)
+    assert plan.have == set() and plan.to_create == ["ds-a", "ds-b"]
+    assert plan.to_delete == [("ds-b", LEGACY, "x")]                        # ours, by the name we once gave
+
+
 def test_plan_grants_from_what_we_believe_we_hold() -> None:
-    name = g.rolebinding_name("slurm", "b")
+    name = g.rolebinding_name("u1")
     plan = g.plan_grants(role="role", wanted=["ds-a", "ds-c"], known={"ds-a", "ds-b"}, found=None,
-                         want_body=_want(), name=name)
-    assert plan.to_delete == [("ds-b", name)] and plan.to_create == ["ds-c"]
+                         want_body=_want(), uid="u1", legacy_name=LEGACY)
+    assert plan.to_delete == [("ds-b", name, None)] and plan.to_create == ["ds-c"]
     assert g.plan_grants(role="role", wanted=["ds-a"], known={"ds-a"}, found=None, want_body=_want(),
-                         name=name).empty
+                         uid="u1", legacy_name=LEGACY).empty
 
 
 def test_plan_grants_without_a_role_removes_all_of_ours() -> None:
-    name = g.rolebinding_name("slurm", "b")
+    name = g.rolebinding_name("u1")
     plan = g.plan_grants(role="", wanted=["ds-a"], known=None, found=[_want()("ds-a")], want_body=_want(""),
-                         name=name)
-    assert plan.to_delete == [("ds-a", name)] and plan.to_create == [] and plan.have == set()
+                         uid="u1", legacy_name=LEGACY)
+    assert plan.to_delete == [("ds-a", name, None)] and plan.to_create == [] and plan.have == set()
+
+
+def test_grants_go_only_where_the_binding_matches() -> None:
+    """Whatever else the list holds (kube-system, the operator's namespace, an admin's entries,
+    names a tenant wrote into its own target) gets no grant."""
+    listed = ["ds-a", "kube-system", "sunk-sandbox-operator-system", "admin-ns", "tenant", "other-team"]
+    system = lambda ns: ns.startswith("kube-") or ns == "sunk-sandbox-operator-system"  # noqa: E731
+    reach = lambda ns: ns == "tenant"  # noqa: E731
+    assert g.grantable(listed, {"ds-a"}, {"tenant", "other-team"}, reach, system) == ["ds-a", "tenant"]
+    # A system namespace the binding names itself is granted only where the settings let it reach it.
+    assert g.grantable(["kube-system"], {"kube-system"}, set(), reach, system) == []
+    assert g.grantable(["kube-system"], {"kube-system"}, set(), lambda ns: True, system) == ["kube-system"]
 
 
 def test_owned_path_wire_shape_is_what_status_holds() -> None:

@@ -30,7 +30,9 @@ def set_partition(h, body: dict, partition: str):
     body = copy.deepcopy(body)
     body["spec"]["partition"] = partition
     body["metadata"]["generation"] += 1
-    return h.ctx.bindings.ensure(body)
+    state = h.ctx.bindings.ensure(body)
+    state.admit()  # as the next reconcile's tenancy check does
+    return state
 
 
 async def test_a_spec_change_is_not_reported_as_drift(harness) -> None:
@@ -168,7 +170,7 @@ async def test_one_client_per_credentials_the_old_one_closed(harness) -> None:
     assert policy.client(h.ctx, state) is fake                 # same credentials: the same client
     changed = copy.deepcopy(body)
     changed["spec"]["runner"]["tokenSecretRef"] = {"name": "other"}
-    h.ctx.bindings.ensure(changed)
+    h.ctx.bindings.ensure(changed).admit()
     new = policy.client(h.ctx, state)
     try:
         assert isinstance(new, rc.RunnerClient) and new is not fake

@@ -155,10 +155,12 @@ def test_a_reparsed_equal_spec_keeps_its_matcher(harness) -> None:
     h = harness()
     state = h.binding(binding_body())
     first = state.matcher
-    h.ctx.bindings.ensure({**h.kube.get("bindings", "slurm", "b")})  # a reconcile reads the body again
+    h.ctx.bindings.ensure({**h.kube.get("bindings", "slurm", "b")}).admit()  # a reconcile admits it again
     assert state.matcher is first                          # the next sync need not rescan every namespace
     changed = h.kube.get("bindings", "slurm", "b")
     changed["spec"]["sandboxNamespaces"] = {"names": ["other-*"]}
     changed["metadata"]["generation"] = 2
     h.ctx.bindings.ensure(changed)
+    assert state.matcher is first                          # not admitted yet: signals use the admitted spec
+    state.admit()
     assert state.matcher is not first and state.matcher("other-1", {})

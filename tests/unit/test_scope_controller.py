@@ -228,6 +228,8 @@ async def test_a_sync_writes_the_configmap_rolls_the_scheduler_and_reports(harne
     assert h.reasons() == ["ScopeUpdated", "SchedulerRestarted"]
     assert "added ds-known" in h.events[0][2]
     assert part.section == "scope" and part.data == {
+        "target": {"kind": "SchedulerConfigMap", "namespace": "slurm", "name": "cm", "key": "scheduler.conf",
+                   "path": "scheduler.scope.namespaces"},
         "type": "namespace", "namespaceCount": 2, "missing": [], "missingCount": 0, "addedCount": 1,
         "lastSyncTime": h.clock.iso()}
     assert ledger_of(h) == lg.Entry(added=("ds-known",), preexisting=("slurm",))  # written with the list
@@ -459,14 +461,14 @@ async def test_grants_follow_the_list(harness) -> None:
     part = await scope.sync(h.ctx, state)
     assert part.reason == "Synced"
     rbs = _rolebindings(h)
-    assert sorted(rbs) == ["ds-a", "ds-b", "slurm"]
+    assert sorted(rbs) == ["ds-a", "ds-b"]                   # what the binding matches, not what else is listed
     rb = rbs["ds-a"]
-    assert rb["metadata"]["name"] == rolebinding_name("slurm", "b") and rb["roleRef"]["name"] == "sunk-scheduler"
+    assert rb["metadata"]["name"] == rolebinding_name("u1") and rb["roleRef"]["name"] == "sunk-scheduler"
     assert rb["subjects"] == [{"kind": "ServiceAccount", "name": "sa", "namespace": "slurm"}]
     assert "ScopeGrantsUpdated" in h.reasons()
     watch.on_namespace(h.ctx, "MODIFIED", namespace("ds-b", terminating=True))
     await h.run_until_idle()
-    assert listed(h) == ["ds-a", "slurm"] and sorted(_rolebindings(h)) == ["ds-a", "slurm"]
+    assert listed(h) == ["ds-a", "slurm"] and sorted(_rolebindings(h)) == ["ds-a"]
     assert h.kube.count("list_rolebindings") == 1            # the signalled sync trusted what it knew
 
 
@@ -474,13 +476,13 @@ async def test_a_periodic_sync_replaces_a_stale_grant_and_removes_strays(harness
     h = harness()
     state = world(h, namespaces=("slurm", "ds-a"), scope={"grantClusterRole": "sunk-scheduler"})
     await scope.sync(h.ctx, state)
-    h.kube.edit("rolebindings", "ds-a", rolebinding_name("slurm", "b"), lambda rb: rb["roleRef"].update(name="edited"))
-    stray = dict(h.kube.get("rolebindings", "ds-a", rolebinding_name("slurm", "b")))
+    h.kube.edit("rolebindings", "ds-a", rolebinding_name("u1"), lambda rb: rb["roleRef"].update(name="edited"))
+    stray = dict(h.kube.get("rolebindings", "ds-a", rolebinding_name("u1")))
     stray["metadata"] = {**stray["metadata"], "namespace": "gone-ns"}
     h.kube.add("rolebindings", stray)
     await scope.sync(h.ctx, state)
     rbs = _rolebindings(h)
-    assert sorted(rbs) == ["ds-a", "slurm"] and rbs["ds-a"]["roleRef"]["name"] == "sunk-scheduler"
+    assert sorted(rbs) == ["ds-a"] and rbs["ds-a"]["roleRef"]["name"] == "sunk-scheduler"
 
 
 async def test_a_grant_the_operator_may_not_create_says_the_fix(harness) -> None:
@@ -508,7 +510,7 @@ async def test_restore_removes_what_we_added_and_our_grants(harness) -> None:
     state = world(h, namespaces=("slurm", "ds-known", "ds-kept"), scope={"grantClusterRole": "sunk-scheduler",
                                                                         "alwaysInclude": ["ds-kept"]})
     state.report(await scope.sync(h.ctx, state))
-    assert listed(h) == ["ds-kept", "ds-known", "slurm"] and len(_rolebindings(h)) == 3
+    assert listed(h) == ["ds-kept", "ds-known", "slurm"] and sorted(_rolebindings(h)) == ["ds-kept", "ds-known"]
     h.events.clear()
     await scope.restore(h.ctx, state, reconcile.discover)
     assert listed(h) == ["ds-kept", "slurm"]                 # alwaysInclude entries stay, preexisting ones too
@@ -573,10 +575,12 @@ async def test_a_name_one_binding_stops_wanting_stays_while_another_claims_it(ha
     await scope.sync(h.ctx, b)
     await scope.sync(h.ctx, c)
     b.update_body(binding_body(sandboxNamespaces={"names": ["other-*"]}))  # b no longer wants ds-team-x
+    b.admit()                                                              # (its next reconcile admits it)
     await scope.sync(h.ctx, b)
     assert listed(h) == ["ds-team-x", "slurm"] and ledger_of(h, "slurm/b").added == ()  # b dropped its claim
     c.update_body(binding_body("c", uid="u2", runner={"id": "r2", "tokenSecretRef": {"name": "s"}},
                                sandboxNamespaces={"names": ["none-*"]}))
+    c.admit()
     await scope.sync(h.ctx, c)
     assert listed(h) == ["slurm"]                                           # nobody wants it now: gone
 
@@ -674,7 +678,7 @@ async def test_signalled_syncs_use_the_set_namespace_events_keep_and_resyncs_rec
     changed = h.kube.get("bindings", "slurm", "b")
     changed["spec"]["sandboxNamespaces"] = {"names": ["ds-new"]}
     changed["metadata"]["generation"] = 2
-    h.ctx.bindings.ensure(changed)                           # a new matcher: the set is recomputed for it
+    h.ctx.bindings.ensure(changed).admit()                   # a new matcher: the set is recomputed for it
     watch.on_namespace(h.ctx, "ADDED", namespace("ds-other"))  # does not match the new spec: no signal
     assert h.busy() == []
     await h.clock.advance(scope.POD_RECHECK_SECONDS)         # past the pacing of pod-triggered re-reads

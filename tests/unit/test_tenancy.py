@@ -79,9 +79,12 @@ async def test_a_refused_binding_gets_a_condition_and_nothing_is_read_or_written
     assert conds["PolicySynced"]["reason"] == "NotAllowed" and conds["Ready"]["status"] == "False"
     assert "spec.runner.apiURL: https://evil.io" in conds["ScopeSynced"]["message"]
     assert "spec.scheduler.namespace: the scheduler in namespace kube-system" in conds["ScopeSynced"]["message"]
-    # Only the status patch and the event: no Secret, no scheduler or target read, no list of bindings.
-    assert {c[0] for c in h.kube.calls} <= {"patch_binding_status", "create_event"}, h.kube.calls
+    # Only the status patch, the event and a list of the RoleBindings made for it (revoked while it is
+    # refused): no Secret, no scheduler or target read, no list of bindings.
+    assert {c[0] for c in h.kube.calls} <= {"patch_binding_status", "create_event", "list_rolebindings"}, h.kube.calls
     posted = len(h.events)
     assert posted and set(h.reasons()) == {"NotAllowed"}
+    h.kube.calls.clear()
     await reconcile.reconcile(h.ctx, state)
     assert len(h.events) == posted  # said once, not at every resync
+    assert h.kube.count("list_rolebindings") == 0  # revoked once, not listed at every resync

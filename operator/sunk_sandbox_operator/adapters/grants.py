@@ -38,12 +38,15 @@ async def list_ours(kube: k.Kube, selector: str) -> list[dict]:
     return await kube.list_rolebindings(selector)
 
 
-async def delete(kube: k.Kube, items: list[tuple[str, str]]) -> list[Exception | None]:
-    results = await _bounded([kube.delete_rolebinding(ns, name) for ns, name in items])
-    return [r if isinstance(r, Exception) else None for r in results]
+async def delete(kube: k.Kube, items: list[tuple[str, str, str | None]]) -> list[Exception | None]:
+    """(namespace, name, uid): with a uid, only that object goes (a replacement under the same name
+    is not ours: its 409 counts as done)."""
+    results = await _bounded([kube.delete_rolebinding(ns, name, uid) for ns, name, uid in items])
+    return [r if isinstance(r, Exception) and not isinstance(r, k.Conflict) else None for r in results]
 
 
 async def create(kube: k.Kube, bodies: list[dict]) -> list[Exception | None]:
-    """One result per body: None when created or already there (409), else the error."""
+    """One result per body: None when created, else the error (409: the name is taken by an object
+    that is not ours, or we would have listed it)."""
     results = await _bounded([kube.create_rolebinding(b["metadata"]["namespace"], b) for b in bodies])
-    return [None if (not isinstance(r, Exception) or isinstance(r, k.Conflict)) else r for r in results]
+    return [r if isinstance(r, Exception) else None for r in results]

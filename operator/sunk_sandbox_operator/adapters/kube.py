@@ -99,10 +99,12 @@ class Kube:
         self.check_writable()
         return await self.http.request(method, path, params, body, content_type)
 
-    async def _delete(self, path: str) -> None:
+    async def _delete(self, path: str, uid: str | None = None) -> None:
+        """DELETE (404 is done); with `uid`, only that object (a 409 if the name now holds another)."""
         self.check_writable()
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}} if uid else None
         try:
-            await self.http.request("DELETE", path)
+            await self.http.request("DELETE", path, None, body)
         except NotFound:
             pass
 
@@ -199,8 +201,8 @@ class Kube:
     async def create_rolebinding(self, namespace: str, body: dict) -> dict:
         return await self._write("POST", ns_path(namespace, "rolebindings", group=RBAC), body, params=OURS)
 
-    async def delete_rolebinding(self, namespace: str, name: str) -> None:
-        await self._delete(ns_path(namespace, "rolebindings", name, RBAC))
+    async def delete_rolebinding(self, namespace: str, name: str, uid: str | None = None) -> None:
+        await self._delete(ns_path(namespace, "rolebindings", name, RBAC), uid)
 
     # ------------------------------------------------------------ leases (leader election)
     # Not behind the write gate: taking and renewing the Lease is how a replica becomes the writer.

@@ -15,16 +15,12 @@ from typing import Any, Callable, Iterator, Protocol
 
 import yaml
 
+from ..api.keys import BINDING_LABEL, FLUX_WATCH_LABEL, MANAGED_BY_LABEL, SCHEDULER_CONFIGMAP_LABEL, SCOPE_LEDGER_ANNOTATION
 from ..api.reasons import ScopeSynced, grant_targets
-from ..api.keys import SCHEDULER_CONFIGMAP_LABEL
 from ..api.spec import BindingSpec
-from ..api.keys import SCOPE_LEDGER_ANNOTATION
-from ..api.keys import BINDING_LABEL, FLUX_WATCH_LABEL, MANAGED_BY_LABEL
 from ..core.grants import binding_label
 from ..core import scope_doc
-from ..core.ledger import Ledger
-from ..core.ledger import decode as decode_ledger
-from ..core.ledger import encode as encode_ledger
+from ..core.ledger import Ledger, decode as decode_ledger, encode as encode_ledger
 from . import kube as k
 
 
@@ -62,6 +58,10 @@ class ScopeTarget(Protocol):
     name: str
 
     def describe(self) -> str: ...
+
+    def ref(self) -> dict:
+        """Which list this is (status.scope.target): a switch of target is seen by comparing these."""
+        ...
 
     async def read(self, reuse: bool = False) -> TargetRead:
         """`reuse`: the caller knows nobody wrote the object since `last_write` (its watch saw only
@@ -156,6 +156,10 @@ class ConfigMapTarget:
     def describe(self) -> str:
         return f"ConfigMap {self.namespace}/{self.name} key {self.key} at {self.path}"
 
+    def ref(self) -> dict:
+        return {"kind": "SchedulerConfigMap", "namespace": self.namespace, "name": self.name, "key": self.key,
+                "path": self.path}
+
     async def read(self, reuse: bool = False) -> TargetRead:
         memo = self.memo or {}
         if reuse and memo.get("written") is not None:  # a burst: the object our last write returned
@@ -208,6 +212,9 @@ class ApplicationTarget:
     def describe(self) -> str:
         where = self.located.describe(self.path) if self.located else f"{self.path} in its Helm values"
         return f"Application {self.namespace}/{self.name} at {where}"
+
+    def ref(self) -> dict:
+        return {"kind": "ArgoCDApplication", "namespace": self.namespace, "name": self.name, "path": self.path}
 
     def _locate(self, obj: dict) -> Any:
         from ..core import app_values  # (imported here: this class is the module's only user)
@@ -288,6 +295,10 @@ class FluxTarget:
     def describe(self) -> str:
         return (f"ConfigMap {self.namespace}/{self.name} key {self.key} at {self.path} (valuesFrom of HelmRelease "
                 f"{self.namespace}/{self.helm_release})")
+
+    def ref(self) -> dict:
+        return {"kind": "FluxHelmRelease", "namespace": self.namespace, "name": self.name, "key": self.key,
+                "path": self.path, "helmRelease": self.helm_release}
 
     def values_from_entry(self) -> dict:
         return {"kind": "ConfigMap", "name": self.name, "valuesKey": self.key}
@@ -392,3 +403,16 @@ def for_spec(kube: k.Kube, spec: BindingSpec, scheduler_namespace: str, discover
              memo: dict | None = None) -> ScopeTarget:
     """The target the spec names; `memo` (kept by the caller between syncs) saves re-parsing it."""
     return KINDS[spec.scope.target.kind](kube, spec, scheduler_namespace, discovered_configmap, memo)
+
+
+def from_ref(kube: k.Kube, ref: dict) -> ScopeTarget | None:
+    """The target a recorded `ref` names (status.scope.target), to leave it after a switch; None
+    when the record is not one this version writes."""
+    try:
+        kind, ns, name, path = ref["kind"], ref["namespace"], ref["name"], ref["path"]
+        return {"SchedulerConfigMap": lambda: ConfigMapTarget(kube, ns, name, ref["key"], path, {}),
+                "ArgoCDApplication": lambda: ApplicationTarget(kube, ns, name, path, {}),
+                "FluxHelmRelease": lambda: FluxTarget(kube, ns, ref["helmRelease"], name, ref["key"], path, {}),
+                }.get(kind, lambda: None)()
+    except (KeyError, TypeError):
+        return None

@@ -28,6 +28,7 @@ SCOPE_HASH_ANNOTATION = f"{GROUP}/scope-hash"   # scheduler pod template: rolls 
 FIELD_MANAGER = "sunk-sandbox-operator"
 SCOPE_GENERATION_ANNOTATION = f"{GROUP}/scope-generation"  # ... and the ledger generation it was rolled for
 BINDING_LABEL = f"{GROUP}/binding"              # RoleBindings it created, naming the binding
+BINDING_UID_LABEL = f"{GROUP}/binding-uid"      # ... and its UID: what makes one ours (names can be reused)
 SCOPE_LEDGER_ANNOTATION = f"{GROUP}/scope-ledger"  # scope target: what each binding added (core/ledger.py)
 MANAGED_BY_LABEL = ("app.kubernetes.io/managed-by", "sunk-sandbox-operator")
 # On the FluxHelmRelease target's ConfigMap: Flux's helm-controller watches labelled valuesFrom

@@ -56,8 +56,21 @@ class PolicyStatus(_Status):
     warnings: list[str] = Field(default_factory=list, description="Non-fatal findings about the policy.")
 
 
+class ScopeTargetRef(_Status):
+    """Which list the binding keeps (a change of target is cleaned up from the old one)."""
+
+    kind: str = Field(description="SchedulerConfigMap, ArgoCDApplication or FluxHelmRelease.")
+    namespace: str = Field(description="Namespace of the object written.")
+    name: str = Field(description="Name of the object written (the ConfigMap or the Application).")
+    key: Optional[str] = Field(default=None, description="ConfigMap key holding the document.")
+    path: str = Field(description="Path of the list in the document.")
+    helm_release: Optional[str] = Field(default=None, description="FluxHelmRelease: the HelmRelease consuming it.")
+
+
 class ScopeStatus(_Status):
     """The scheduler's watched-namespace list."""
+
+    target: Optional[ScopeTargetRef] = Field(default=None, description="The target the list was last kept in.")
 
     type: Optional[str] = Field(default=None, description="Scope type found: namespace or cluster.")
     namespace_count: Optional[int] = Field(default=None, description="Namespaces in the list.")

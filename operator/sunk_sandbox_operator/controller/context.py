@@ -71,7 +71,8 @@ class Context:
     informers: list = field(default_factory=list)   # adapters.informer.Informer, one per watched kind
     tasks: list = field(default_factory=list)       # their running tasks
     http: object | None = None                      # adapters.kubehttp.KubeHTTP the informers share
-    listed_bindings: frozenset[str] | None = None   # namespace/name of every binding, as last listed
+    listed_bindings: frozenset[str] | None = None   # namespace/name of every allowed binding, as last listed
+    admissions: dict[tuple[str, int | None], bool] = field(default_factory=dict)  # (uid, generation) -> allowed
     depends: Dependencies = None  # type: ignore[assignment]  # scheduler objects and scope targets (built below)
 
     def __post_init__(self) -> None:

@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterable
 
 from ..adapters import kube as k
 from ..adapters.informer import Informer, Resource
+from ..api.keys import SCHEDULER_CONFIGMAP_LABEL
 from ..api.spec import BindingSpec
 from ..core import selectors
 from .state import BindingState
@@ -91,6 +92,20 @@ def wanted(state: BindingState) -> set[Watched]:
     return out
 
 
+def reads_configmap(state: BindingState, name: str, labels: dict | None) -> bool:
+    """Is this ConfigMap in the scheduler's namespace one the binding reads? The scope target and
+    scheduler.conf (by name, or any carrying the discovery label: a new one may take over) and the
+    slurm.conf ones discovery found. Any other ConfigMap there wakes nothing: a tenant editing its
+    own ConfigMaps cannot buy reconciles (and runner API calls) with them."""
+    d = state.discovery
+    if d is None:
+        return True  # not discovered yet: anything may be what it reads
+    key, value = SCHEDULER_CONFIGMAP_LABEL
+    target = state.spec.scope.target
+    return (name == d.configmap_name or name in d.slurm_configmaps or (labels or {}).get(key) == value
+            or (target.kind == "SchedulerConfigMap" and name == target.config_map.name))
+
+
 def concerns(state: BindingState, watched: Watched, name: str, labels: dict | None) -> bool:
     """Does an event on this object concern this binding?"""
     if state.spec is None or state.deleted or scheduler_namespace(state) is None:
@@ -98,7 +113,8 @@ def concerns(state: BindingState, watched: Watched, name: str, labels: dict | No
     ns = scheduler_namespace(state)
     flux = helm_release_ref(state.spec, ns)
     if watched.kind == "ConfigMap":
-        return watched.namespace == ns or (flux is not None and (watched.namespace, name) == (flux[0], flux[2]))
+        return ((watched.namespace == ns and reads_configmap(state, name, labels))
+                or (flux is not None and (watched.namespace, name) == (flux[0], flux[2])))
     if watched.kind == "HelmRelease":
         return flux is not None and (watched.namespace, name) == flux[:2]
     if watched.kind == "Pod":

@@ -20,15 +20,25 @@ DENIED_RECHECK_SECONDS = 5.0  # how soon a grant to a denied namespace is seen w
 
 def _want_body(state: BindingState, role: str):
     d = state.discovery
-    return lambda ns: g.rolebinding(state.namespace, state.name, ns, role, d.service_account, d.namespace)
+    return lambda ns: g.rolebinding(state.namespace, state.name, state.uid, ns, role, d.service_account, d.namespace)
 
 
-async def sync(ctx: Context, state: BindingState, mem: ScopeMemory, listed: list[str], *, refresh: bool) -> None:
-    """A RoleBinding in every listed (existing, not terminating) namespace; others removed."""
+def _legacy_name(state: BindingState) -> str:
+    return g.legacy_rolebinding_name(state.namespace, state.name)
+
+
+def grantable(ctx: Context, state: BindingState, listed: list[str], sandbox: frozenset[str]) -> list[str]:
+    """The listed namespaces this binding may grant in (core.grants.grantable with the settings)."""
+    return g.grantable(listed, sandbox, frozenset(state.spec.scope.always_include),
+                       lambda ns: ctx.tenancy.may_reach(state.namespace, ns), ctx.tenancy.system)
+
+
+async def sync(ctx: Context, state: BindingState, mem: ScopeMemory, grantable: list[str], *, refresh: bool) -> None:
+    """A RoleBinding in every grantable (existing, not terminating) namespace; ours elsewhere removed."""
     role = state.spec.scope.grant_cluster_role
     if not role and mem.grants == set() and not refresh:
         return
-    wanted = [ns for ns in listed if (info := ctx.namespaces.get(ns)) is not None and not info.terminating]
+    wanted = [ns for ns in grantable if (info := ctx.namespaces.get(ns)) is not None and not info.terminating]
     found = None
     if refresh or mem.grants is None:
         if not role and mem.grants == set():
@@ -38,13 +48,13 @@ async def sync(ctx: Context, state: BindingState, mem: ScopeMemory, listed: list
         except k.Forbidden as exc:
             raise TargetProblem(ScopeSynced.FORBIDDEN, f"the operator may not list RoleBindings: {exc}") from None
     plan = g.plan_grants(role=role, wanted=wanted, known=mem.grants, found=found,
-                         want_body=_want_body(state, role), name=g.rolebinding_name(state.namespace, state.name))
+                         want_body=_want_body(state, role), uid=state.uid, legacy_name=_legacy_name(state))
     mem.grants = set(plan.have)
     if plan.empty:
         return
     errors: list[str] = []
     removed: list[str] = []
-    for (ns, _), err in zip(plan.to_delete, await io.delete(ctx.kube, plan.to_delete)):
+    for (ns, _, _), err in zip(plan.to_delete, await io.delete(ctx.kube, plan.to_delete)):
         if err is None:
             mem.grants.discard(ns)
             removed.append(ns)
@@ -59,12 +69,15 @@ async def sync(ctx: Context, state: BindingState, mem: ScopeMemory, listed: list
             ctx.failpoints.hit("after-rolebinding-create")
             mem.grants.add(ns)
             created.append(ns)
+        elif isinstance(err, k.Conflict):  # not in our list, yet the name is taken: not ours, left alone
+            errors.append(f"create in {ns}: a RoleBinding named {g.rolebinding_name(state.uid)} exists there and "
+                          "was not made for this binding (delete it)")
         else:
             forbidden = forbidden or isinstance(err, k.Forbidden)
             errors.append(f"create in {ns}: {err}")
     if created or removed:
         parts = [f"created in {sc.names(created)}" if created else "", f"removed from {sc.names(removed)}" if removed else ""]
-        ctx.event(state, "Normal", "ScopeGrantsUpdated", f"RoleBinding {g.rolebinding_name(state.namespace, state.name)} "
+        ctx.event(state, "Normal", "ScopeGrantsUpdated", f"RoleBinding {g.rolebinding_name(state.uid)} "
                   f"to ClusterRole {role or '-'}: " + "; ".join(x for x in parts if x))
     if errors:
         fix = (f" The operator needs `bind` on ClusterRole {role} (add it to resourceNames in manifests/rbac.yaml)."
@@ -74,14 +87,25 @@ async def sync(ctx: Context, state: BindingState, mem: ScopeMemory, listed: list
                             f"({'; '.join(errors[:3])})." + fix)
 
 
-async def remove_all(ctx: Context, state: BindingState, mem: ScopeMemory) -> None:
-    """On deletion with Restore: every RoleBinding labelled with this binding goes."""
+async def remove_all(ctx: Context, state: BindingState, mem: ScopeMemory | None) -> None:
+    """On deletion, or when the binding is refused: every RoleBinding made for this binding goes
+    (and nothing else that carries its label)."""
     try:
         found = await io.list_ours(ctx.kube, g.selector(state.namespace, state.name))
-        await io.delete(ctx.kube, [(rb["metadata"]["namespace"], rb["metadata"]["name"]) for rb in found])
+        ours = [rb["metadata"] for rb in found if g.is_ours(rb, state.uid, _legacy_name(state))]
+        await io.delete(ctx.kube, [(m["namespace"], m["name"], m.get("uid")) for m in ours])
     except k.Forbidden as exc:
         ctx.event(state, "Warning", "ScopeNotRestored", f"RoleBindings not removed: {exc}")
-    mem.grants = set()
+        return
+    if mem is not None:
+        mem.grants = set()
+
+
+async def revoke(ctx: Context, state: BindingState) -> None:
+    """A refused binding keeps no grant: remove ours once (not at every refused reconcile)."""
+    if state.scope is not None and state.scope.grants == set():
+        return
+    await remove_all(ctx, state, state.scope)
 
 
 async def verify_scheduler(ctx: Context, state: BindingState, mem: ScopeMemory, listed: list[str], *,

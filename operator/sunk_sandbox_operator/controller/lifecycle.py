@@ -87,23 +87,26 @@ def binding_event(ctx: Context, event_type: str | None, body: dict) -> None:
 async def binding_loop(ctx: Context, body: dict, stopped: kopf.DaemonStopped) -> None:
     """Reconcile now, then every resyncInterval (jittered) or as soon as something wakes us."""
     state = ctx.bindings.ensure(body)
+    resync = True  # the first reconcile reads everything
     while not stopped:
         state.wake.clear()
         ctx.metrics.reconciles.labels(handler="binding").inc()
         try:
-            await reconcile.reconcile(ctx, state)
+            await reconcile.reconcile(ctx, state, resync=resync)
         except Exception:
             ctx.metrics.reconcile_errors.labels(handler="binding").inc()
             log.exception("reconcile of %s failed", state.ref)
         interval = reconcile.resync_seconds(state)
         interval *= 1 + random.uniform(-ctx.config.resync_jitter, ctx.config.resync_jitter)
-        await _sleep_or_wake(state.wake, stopped, interval)
+        resync = not await _sleep_or_wake(state.wake, stopped, interval)
 
 
-async def _sleep_or_wake(wake: asyncio.Event, stopped: kopf.DaemonStopped, timeout: float) -> None:
+async def _sleep_or_wake(wake: asyncio.Event, stopped: kopf.DaemonStopped, timeout: float) -> bool:
+    """Until woken (True) or the timeout (False: a resync)."""
     waiters = [asyncio.ensure_future(wake.wait()), asyncio.ensure_future(stopped.wait())]
     try:
         await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        return wake.is_set()
     finally:
         for w in waiters:
             w.cancel()

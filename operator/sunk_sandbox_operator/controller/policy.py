@@ -7,7 +7,7 @@ re-decides onto *their* policy, so their change is never lost. Observe mode read
 from __future__ import annotations
 
 import asyncio
-
+import hashlib
 
 from ..adapters import kube as k
 from ..adapters.runnerapi import client as rc
@@ -55,6 +55,23 @@ def _part(state: BindingState, report: decide.PolicyReport) -> Part:
                 decide.section(state.section("policy"), report.section))
 
 
+async def read_token(ctx: Context, state: BindingState) -> str:
+    """The API token, from the admitted spec's Secret (never logged): CredentialsMissing with the fix."""
+    ref = state.spec.runner.token_secret_ref
+    try:
+        return await ctx.kube.read_secret_key(state.namespace, ref.name, ref.key)
+    except k.NotFound:
+        raise CredentialsMissing(f"Secret {state.namespace}/{ref.name} not found: create it with the API token "
+                                 f"under key {ref.key!r}") from None
+    except KeyError:
+        raise CredentialsMissing(f"Secret {state.namespace}/{ref.name} has no key {ref.key!r}: "
+                                 "set spec.runner.tokenSecretRef.key or add the key") from None
+    except k.Forbidden:
+        raise CredentialsMissing(f"the operator may not read Secret {state.namespace}/{ref.name}: grant it "
+                                 "`get` on secrets in this namespace (a RoleBinding to the ClusterRole "
+                                 "sunk-sandbox-operator-secret-reader)") from None
+
+
 def client(ctx: Context, state: BindingState) -> rc.RunnerClient:
     """One client per binding and credentials; the token is read from the Secret at each call."""
     spec = state.spec
@@ -66,18 +83,9 @@ def client(ctx: Context, state: BindingState) -> rc.RunnerClient:
     old = mem.client
 
     async def token() -> str:
-        try:
-            return await ctx.kube.read_secret_key(state.namespace, ref.name, ref.key)
-        except k.NotFound:
-            raise CredentialsMissing(f"Secret {state.namespace}/{ref.name} not found: create it with the API token "
-                                     f"under key {ref.key!r}") from None
-        except KeyError:
-            raise CredentialsMissing(f"Secret {state.namespace}/{ref.name} has no key {ref.key!r}: "
-                                     "set spec.runner.tokenSecretRef.key or add the key") from None
-        except k.Forbidden:
-            raise CredentialsMissing(f"the operator may not read Secret {state.namespace}/{ref.name}: grant it "
-                                     "`get` on secrets in this namespace (a RoleBinding to the ClusterRole "
-                                     "sunk-sandbox-operator-secret-reader)") from None
+        value = await read_token(ctx, state)
+        mem.token_digest = _digest(value)
+        return value
 
     calls = ctx.metrics.runner_api_calls
     mem.client = rc.RunnerClient(spec.runner.api_url, token, max_retries=2, backoff_max=2.0,
@@ -88,19 +96,43 @@ def client(ctx: Context, state: BindingState) -> rc.RunnerClient:
     return mem.client
 
 
+def _digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+async def _unchanged(ctx: Context, state: BindingState, scheduler_name: str) -> bool:
+    """Has nothing the last runner read depended on changed: the admitted spec (its generation), the
+    scheduler's name, the token (compared by digest: a rotation is a change; reading the Secret is a
+    Kubernetes GET, not a call on the runner API's budget)?"""
+    mem = state.policy
+    if mem.read_key != (state.admitted.generation, scheduler_name) or mem.token_digest is None:
+        return False
+    try:
+        return _digest(await read_token(ctx, state)) == mem.token_digest
+    except CredentialsMissing:
+        return False  # the read reports it
+
+
 async def close(state: BindingState) -> None:
     if state.policy.client is not None:
         await state.policy.client.aclose()
         state.policy.client, state.policy.client_key = None, None
 
 
-async def sync(ctx: Context, state: BindingState, scheduler_name: str | None) -> Part:
+async def sync(ctx: Context, state: BindingState, scheduler_name: str | None, *, resync: bool = True) -> Part:
+    """Read the runner's policy and write what differs. The read (carrying the token, from a budget
+    every tenant shares) happens at a resync or when something it depends on changed (`_read_key`),
+    not at every wake: a tenant editing its ConfigMaps cannot spend another's budget."""
     spec = state.spec
     if not scheduler_name:
         return _part(state, decide.no_scheduler_name())
     want = decide.desired(spec, scheduler_name)
     if isinstance(want, decide.PolicyReport):
         return _part(state, want)
+    previous = state.parts.get(COND)
+    if not resync and previous is not None and await _unchanged(ctx, state, scheduler_name):
+        return previous
+    state.policy.read_key = (state.admitted.generation, scheduler_name)
     api = client(ctx, state)
 
     async def attempt(_: int) -> decide.PolicyReport:

@@ -16,7 +16,7 @@ from ..core import conflicts, scheduler, tenancy
 from ..core.compose import Part
 from ..core.policy_decide import TRANSIENT
 from ..core.scheduler_conf import parse_go_duration
-from . import placement, policy, scope
+from . import grants, placement, policy, scope
 from .context import Context
 from .retry import FAILURE_BACKOFF
 from .state import BindingState
@@ -48,27 +48,67 @@ async def discover(ctx: Context, state: BindingState) -> scheduler.Discovery:
     return scheduler.discover(spec, state.namespace, objs.pods, objs.configmaps)
 
 
+def _admissible(ctx: Context, body: dict) -> bool:
+    """Would this binding pass the tenancy check? A refused binding claims nothing: not a runner,
+    not a target, not names on a shared target (so it cannot squat another tenant's runner id).
+    Decided once per (uid, generation): the spec is what is checked."""
+    meta = body.get("metadata") or {}
+    key = (meta.get("uid") or "", meta.get("generation"))
+    memo = ctx.admissions
+    if key not in memo:
+        memo[key] = tenancy.admissible(body, ctx.tenancy)
+    return memo[key]
+
+
 async def _conflict(ctx: Context, state: BindingState) -> str | None:
     """The older binding on the same runner id, if this one is the younger (it then writes nothing).
     Also notes the bindings that exist (shared-target ledgers keep the entries of live ones only)
-    and whether an older binding on the same scope target disagrees with this one."""
-    bindings = await ctx.kube.list_bindings()
+    and whether an older binding on the same scope target disagrees with this one. Only bindings
+    the operator's settings allow count; `me` is the admitted body, not the live one."""
+    listed = await ctx.kube.list_bindings()
+    bindings = [b for b in listed if _admissible(ctx, b)]
+    uids = {(b.get("metadata") or {}).get("uid") for b in listed}
+    for key in [k for k in ctx.admissions if k[0] not in uids]:
+        del ctx.admissions[key]  # bounded by the bindings that exist
     ctx.listed_bindings = frozenset(map(conflicts.ref, bindings))
-    state.target_conflict = conflicts.shared_target_conflict(state.body, bindings)
-    return conflicts.older_owner(state.body, bindings)
+    me = state.admitted.body
+    state.target_conflict = conflicts.shared_target_conflict(me, bindings)
+    return conflicts.older_owner(me, bindings)
 
 
-async def reconcile(ctx: Context, state: BindingState) -> None:
-    spec = state.spec
-    if spec is None:
+async def _admit(ctx: Context, state: BindingState) -> list[tenancy.Violation]:
+    """Check the live spec and admit exactly it (empty list), or refuse it. Taken under the scope
+    lock, with no await between the check and the admission: a signalled scope sync in flight ends
+    on the spec it started with, and the next one starts on this one."""
+    async with scope.memory(ctx, state).lock:
+        body, live = state.body, state.live_spec
+        refused = tenancy.violations(live, state.namespace, ctx.tenancy)
+        if refused:
+            state.admitted = None  # inactive: namespace and pod signals start no sync for it
+        else:
+            state.admit(body, live)
+        return refused
+
+
+async def reconcile(ctx: Context, state: BindingState, *, resync: bool = True) -> None:
+    """One reconcile. `resync`: the periodic one (the runner policy is read again even when
+    nothing it depends on changed); False when something woke it."""
+    async with state.lock:  # a reconcile and a finalize never interleave: one admitted spec at a time
+        await _reconcile(ctx, state, resync)
+
+
+async def _reconcile(ctx: Context, state: BindingState, resync: bool) -> None:
+    if state.live_spec is None:
+        state.admitted = None
         for ctype in CONDITION_TYPES[1:]:
             state.report(Part(ctype, "False", Common.INVALID_SPEC, f"spec does not validate: {state.spec_error}"))
         await flush(ctx, state)
         return
     if await _refused(ctx, state):
         return
+    spec = state.spec  # the admitted spec: nothing below reads the live one
     await ctx.synced()  # the first reconcile waits for the namespace and pod caches' initial LIST
-    state.reconciled_generation = state.generation
+    state.reconciled_generation = state.admitted.generation
     transient = False
     try:
         d = await discover(ctx, state)
@@ -92,6 +132,8 @@ async def reconcile(ctx: Context, state: BindingState) -> None:
             msg = f"listing bindings to check runner conflicts failed ({exc}); retrying"
             state.report(Part("PolicySynced", "Unknown", Common.API_ERROR, msg))
             state.report(Part("ScopeSynced", "Unknown", Common.API_ERROR, msg))
+    if not state.conflict_checked or state.conflict:
+        state.policy.read_key = None  # the policy step did not run: the next one reads the runner
     if not state.conflict_checked:
         pass  # reported above: nothing is written until the conflict check has answered once
     elif state.conflict:
@@ -100,7 +142,7 @@ async def reconcile(ctx: Context, state: BindingState) -> None:
         state.report(Part("PolicySynced", "False", Common.RUNNER_CONFLICT, msg))
         state.report(Part("ScopeSynced", "False", Common.RUNNER_CONFLICT, msg))
     else:
-        state.report(await policy.sync(ctx, state, d.name))
+        state.report(await policy.sync(ctx, state, d.name, resync=resync))
         state.report(await scope.sync(ctx, state))
     policy_part = state.parts["PolicySynced"]
     transient = transient or (policy_part.status == "False" and policy_part.reason in TRANSIENT)
@@ -113,40 +155,47 @@ async def reconcile(ctx: Context, state: BindingState) -> None:
 async def _refused(ctx: Context, state: BindingState) -> bool:
     """Does the binding ask what the operator's settings do not allow? Then every condition says
     so (with the field and the fix; the status writer posts the Warning events of the transition),
-    and nothing is read, written or sent for it: no Secret, no runner API call, no scheduler or
-    target read."""
-    refused = tenancy.violations(state.spec, state.namespace, ctx.tenancy)
+    nothing is read, written or sent for it (no Secret, no runner API call, no scheduler or target
+    read), and the RoleBindings granted for it earlier are revoked."""
+    generation = state.generation
+    refused = await _admit(ctx, state)
     if not refused:
         return False
     message = "not allowed by the operator's settings: " + "; ".join(v.text() for v in refused)
     for ctype in CONDITION_TYPES[1:]:
         state.report(Part(ctype, "False", Common.NOT_ALLOWED, message))
-    state.reconciled_generation = state.generation
-    state.conflict_checked = False  # inactive: namespace and pod signals start no sync for it
+    state.reconciled_generation = generation
+    state.conflict_checked = False
+    state.policy.read_key = None
+    await grants.revoke(ctx, state)
     await flush(ctx, state)
+    ctx.depends.refresh()  # nothing it names is watched while it is refused
     return True
 
 
 async def finalize(ctx: Context, state: BindingState) -> None:
     """On delete: Restore puts back what we changed (unless we were the younger, conflicting binding)."""
-    spec = state.spec
-    try:
-        if spec is None:
-            return
-        if tenancy.violations(spec, state.namespace, ctx.tenancy):
-            # Its token is never sent to a URL the operator does not allow, even to restore.
-            ctx.event(state, "Warning", "RestoreSkipped", "the binding asks what the operator's settings do not "
-                      "allow; nothing was restored (check the runner policy and the scope list by hand if it "
-                      "wrote anything before the settings changed)")
-            await policy.forget(ctx, state)
-            return
-        if spec.deletion_policy == "Orphan" or spec.mode == "Observe" or await _conflict(ctx, state):
-            await policy.forget(ctx, state)
-            return
-        await policy.restore(ctx, state)
-        await scope.restore(ctx, state, discover)
-    finally:
-        await policy.close(state)
+    async with state.lock:
+        try:
+            if state.live_spec is None:
+                return
+            if await _admit(ctx, state):
+                # Its token is never sent to a URL the operator does not allow, even to restore; the
+                # RoleBindings granted for it are ours alone and go.
+                await grants.revoke(ctx, state)
+                ctx.event(state, "Warning", "RestoreSkipped", "the binding asks what the operator's settings do "
+                          "not allow; nothing was restored (check the runner policy and the scope list by hand if "
+                          "it wrote anything before the settings changed)")
+                await policy.forget(ctx, state)
+                return
+            spec = state.spec
+            if spec.deletion_policy == "Orphan" or spec.mode == "Observe" or await _conflict(ctx, state):
+                await policy.forget(ctx, state)
+                return
+            await policy.restore(ctx, state)
+            await scope.restore(ctx, state, discover)
+        finally:
+            await policy.close(state)
 
 
 def forget(ctx: Context, state: BindingState) -> None:

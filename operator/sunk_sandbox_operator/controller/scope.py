@@ -27,6 +27,7 @@ from ..core.compose import Part
 from ..core.ledger import Entry
 from ..core.scope import NamespaceInfo
 from . import grants, placement, retry
+from . import scope_restore as sr
 from . import roll as rolling
 from .coalescer import Coalescer
 from .context import Context
@@ -47,9 +48,11 @@ def memory(ctx: Context, state: BindingState) -> ScopeMemory:
         async def run() -> None:
             await _signalled_sync(ctx, state)
 
+        recorded = section.get("target")
         state.scope = ScopeMemory(
             preexisting=sorted(pre) if isinstance(pre, list) else None,
             added=sorted(a for a in section.get("added") or [] if isinstance(a, str)),
+            target_ref=dict(recorded) if isinstance(recorded, dict) else None,
             syncer=Coalescer(run, window=lambda: ctx.config.scope_window_seconds,
                              min_interval=lambda: 1.0 / max(ctx.config.scope_max_writes_per_second, 0.01),
                              clock=ctx.monotonic,
@@ -217,32 +220,16 @@ async def _sync(ctx: Context, state: BindingState, mem: ScopeMemory, *, periodic
         return _error_part(ctx, state, ScopeSynced.ERROR, f"scope sync failed: {exc}; retrying", status="Unknown")
 
 
-def _ours(state: BindingState, read: targets.TargetRead, mem: ScopeMemory) -> Entry:
-    """What this binding owns in the list: the target's ledger; before the first ledger write (an
-    upgrade from a version that kept it in status), what status.scope recorded."""
-    entry = read.ledger.get(state.ref)
-    if entry is not None:
-        return entry
-    return Entry(tuple(mem.added), tuple(mem.preexisting) if mem.preexisting is not None else None)
-
-
-def _others(ctx: Context, state: BindingState, read: targets.TargetRead) -> frozenset[str]:
-    """What the other live bindings on this target added (their ledger entries). An entry is dead
-    only when its binding is known gone: not in the last list of bindings and not known here."""
-    known = {s.ref for s in ctx.bindings}
-    live = (lambda ref: True) if ctx.listed_bindings is None else (lambda ref: ref in ctx.listed_bindings or ref in known)
-    return frozenset(n for ref, e in read.ledger.entries.items() if ref != state.ref and live(ref) for n in e.added)
-
-
 def _observation(ctx: Context, state: BindingState, target: targets.ScopeTarget, read: targets.TargetRead,
                  sandbox: set[str], mem: ScopeMemory) -> sc.ScopeObservation:
     spec = state.spec
-    ours = _ours(state, read, mem)
+    ours = sr.ours(state, read, mem)
     return sc.ScopeObservation(
         target=target.describe(), values=read.list.values, scope_type=read.list.scope_type, error=read.list.error,
         sandbox=frozenset(sandbox), always=tuple(spec.scope.always_include),
         preexisting=ours.preexisting, added=ours.added, observe=spec.mode == "Observe",
-        others=_others(ctx, state, read), own_namespace=state.discovery.namespace if state.discovery else None)
+        others=sr.others(ctx, state, read), own_namespace=state.discovery.namespace if state.discovery else None,
+        target_ref=target.ref())
 
 
 async def _sync_inner(ctx: Context, state: BindingState, mem: ScopeMemory, periodic: bool,
@@ -256,6 +243,10 @@ async def _sync_inner(ctx: Context, state: BindingState, mem: ScopeMemory, perio
     if d.forbidden:  # the scheduler namespace is not readable: neither its list nor its roll can be kept
         return _error_part(ctx, state, ScopeSynced.FORBIDDEN, d.forbidden)
     target = targets.for_spec(ctx.kube, spec, d.namespace, d.configmap_name, mem.parsed)
+    if mem.target_ref is None:
+        mem.target_ref = target.ref()  # the first sync (or status from before targets were recorded)
+    elif mem.target_ref != target.ref():
+        await sr.leave(ctx, state, mem, target.ref())
 
     async def attempt(retried: int) -> tuple[sc.ScopeObservation, sc.ListDecision, targets.TargetRead, int]:
         sandbox = _sandbox_set(ctx, state, mem, full=periodic)
@@ -327,7 +318,8 @@ async def _sync_inner(ctx: Context, state: BindingState, mem: ScopeMemory, perio
             except targets.TargetProblem as exc:
                 problem = (exc.reason, exc.message)
         try:
-            await grants.sync(ctx, state, mem, decision.final, refresh=periodic or mem.grants is None)
+            await grants.sync(ctx, state, mem, grants.grantable(ctx, state, decision.final, obs.sandbox),
+                              refresh=periodic or mem.grants is None)
         except targets.TargetProblem as exc:
             problem = problem or (exc.reason, exc.message)
     try:
@@ -371,37 +363,13 @@ async def restore(ctx: Context, state: BindingState, discover) -> None:
         if state.discovery is None:
             state.discovery = await discover(ctx, state)
         try:
-            await _restore_target(ctx, state, mem)
+            spec, d = state.spec, state.discovery
+            if d.forbidden:
+                raise targets.TargetProblem(ScopeSynced.FORBIDDEN, d.forbidden)
+            target = targets.for_spec(ctx.kube, spec, d.namespace, d.configmap_name, mem.parsed)
+            if mem.target_ref is not None and mem.target_ref != target.ref():
+                await sr.leave(ctx, state, mem, target.ref())  # switched, and deleted before the next sync
+            await sr.restore_target(ctx, state, mem, target)
         except targets.TargetProblem as p:
             ctx.event(state, "Warning", "ScopeNotRestored", f"{p.message}; the list was left as is")
         await grants.remove_all(ctx, state, mem)
-
-
-async def _restore_target(ctx: Context, state: BindingState, mem: ScopeMemory) -> None:
-    spec, d = state.spec, state.discovery
-    if d.forbidden:
-        raise targets.TargetProblem(ScopeSynced.FORBIDDEN, d.forbidden)
-    target = targets.for_spec(ctx.kube, spec, d.namespace, d.configmap_name, mem.parsed)
-
-    async def attempt(_: int) -> sc.ScopePlan | None:
-        read = await target.read()
-        if read.list.error or read.list.scope_type == "cluster":
-            return None
-        ours = _ours(state, read, mem)
-        p = sc.restore_plan(list(read.list.values or []), spec.scope.always_include, ours.preexisting, ours.added,
-                            _others(ctx, state, read))
-        if p.changed or read.ledger.get(state.ref) is not None:
-            ledger = read.ledger.with_entry(state.ref, None)
-            rv = await target.write(read, p.new_list if p.changed else None,
-                                    ledger.next_generation() if p.changed else ledger)
-            ctx.depends.wrote(target.kind, target.namespace, target.name, rv)
-        return p
-
-    p = await retry.optimistic(attempt, lost_race=lambda e: isinstance(e, k.Conflict),
-                               retries=ctx.config.scope_conflict_retries, sleep=ctx.sleep)
-    if p is None or not p.changed:
-        return
-    mem.added, mem.known_list = [], frozenset(p.new_list)
-    ctx.event(state, "Normal", "ScopeRestored", f"{target.describe()}: removed {sc.names(p.diff.removed)}")
-    if target.can_roll and spec.scope.restart_scheduler:
-        await rolling.roll(ctx, state, p.new_list, wrote=False)

@@ -8,6 +8,7 @@ between modules through untyped dicts.
 from __future__ import annotations
 
 import asyncio
+import copy
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterator
 
@@ -30,6 +31,8 @@ class PolicyMemory:
     client: "RunnerClient | None" = None
     client_key: tuple[str, str, str] | None = None  # (apiURL, secret name, key) the client was built for
     closing: "asyncio.Future | None" = None         # the previous client being closed
+    read_key: tuple | None = None                   # (generation, scheduler name) of the last runner read
+    token_digest: str | None = None                 # sha256 of the token the client last sent
 
 
 @dataclass
@@ -58,6 +61,14 @@ class ScopeMemory:
     cluster_permitted: bool | None = None      # ... everywhere (one cluster-wide SubjectAccessReview)
     denied: set[str] = field(default_factory=set)  # listed namespaces where it may not
     denied_asked: float = float("-inf")        # when the denied ones were last asked again (monotonic)
+    target_ref: dict | None = None             # the target `added`/`preexisting` belong to (status.scope.target)
+
+    def switch_target(self, ref: dict) -> None:
+        """Start fresh on another target: what we added and found belongs to the one we left, and
+        names already in the new one are pre-existing there."""
+        self.target_ref, self.added, self.preexisting = ref, [], None
+        self.known_list, self.cluster, self.roll_due = None, False, False
+        self.parsed.clear()
 
 
 @dataclass(frozen=True)
@@ -81,13 +92,25 @@ class PlacementMemory:
     recheck_for: float | None = None           # the window end (epoch seconds) it was scheduled for
 
 
+@dataclass(frozen=True)
+class Admitted:
+    """The spec that passed the tenancy check, frozen at that moment. Every step of a reconcile and
+    every signalled sync uses it, through every await; the live spec (which each watch event
+    replaces) is checked again, and admitted, only by the next reconcile."""
+
+    spec: BindingSpec
+    body: dict                 # metadata and spec as checked (conflict checks compare bodies)
+    generation: int | None
+
+
 @dataclass
 class BindingState:
     namespace: str
     name: str
-    body: dict
-    spec: BindingSpec | None = None
+    body: dict                                           # the latest body (every watch event replaces it)
+    live_spec: BindingSpec | None = None                 # parsed from `body`: not checked yet
     spec_error: str | None = None
+    admitted: Admitted | None = None                     # what the last reconcile checked and allowed
     status: dict = field(default_factory=dict)          # as last read from / written to the API
     parts: dict[str, Part] = field(default_factory=dict)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
@@ -107,6 +130,7 @@ class BindingState:
     kicks: dict = field(default_factory=dict)            # dependency events not yet acted on: obj -> {rv}
     kick_handle: asyncio.TimerHandle | None = None       # the pending wake for them (controller/depends.py)
     excluded: Callable[[str], bool] | None = None         # system namespaces: never matched by glob/selector
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one reconcile or finalize at a time
     _matcher: tuple[BindingSpec, SandboxNamespaces, Matcher] | None = None
 
     @property
@@ -116,6 +140,25 @@ class BindingState:
     @property
     def generation(self) -> int | None:
         return self.body.get("metadata", {}).get("generation")
+
+    @property
+    def uid(self) -> str:
+        return self.body.get("metadata", {}).get("uid") or ""
+
+    @property
+    def spec(self) -> BindingSpec | None:
+        """The admitted spec (None until a reconcile allowed one, or after a refusal)."""
+        return self.admitted.spec if self.admitted is not None else None
+
+    def admit(self, body: dict | None = None, spec: BindingSpec | None = None) -> BindingSpec:
+        """Freeze `spec` (parsed from `body`; default: the live ones) as the admitted spec. The caller
+        checked exactly this spec, with no await between the check and this call."""
+        body = self.body if body is None else body
+        spec = self.live_spec if spec is None else spec
+        assert spec is not None
+        raw = {"metadata": copy.deepcopy(body.get("metadata") or {}), "spec": copy.deepcopy(body.get("spec") or {})}
+        self.admitted = Admitted(spec, raw, raw["metadata"].get("generation"))
+        return spec
 
     @property
     def ref(self) -> str:
@@ -145,9 +188,9 @@ class BindingState:
         self.body = body
         self.status = dict(body.get("status") or {})
         try:
-            self.spec, self.spec_error = parse_spec(body.get("spec") or {}), None
+            self.live_spec, self.spec_error = parse_spec(body.get("spec") or {}), None
         except Exception as exc:  # the CRD validates first; this only catches schema drift
-            self.spec, self.spec_error = None, str(exc)
+            self.live_spec, self.spec_error = None, str(exc)
 
     def report(self, part: Part) -> None:
         self.parts[part.condition] = part

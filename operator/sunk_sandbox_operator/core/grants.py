@@ -1,20 +1,29 @@
 """Which RoleBindings the scheduler needs for `scope.grantClusterRole`, and their names (pure).
 
-One RoleBinding per listed, existing, non-terminating namespace, labelled with the binding it
-belongs to; any of ours elsewhere (or out of date) is deleted.
+One RoleBinding per namespace the binding itself matches (its sandbox namespaces, and the
+alwaysInclude entries its namespace may reach) that the list holds and that exists: never for
+what else the list holds (an admin's entries, another binding's, or names a tenant wrote into its
+own target), never in a system namespace the operator's settings do not let it reach.
+
+A RoleBinding is ours when it carries this binding's UID label (a binding deleted and created
+again under the same name is another binding) and is named from a digest of that UID, so two
+bindings can never want the same name (`team`/`x-prod` and `team-x`/`prod` once did). Only ours
+are counted as granted or deleted.
 """
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Container, Iterable, Mapping
 
-from ..api.keys import BINDING_LABEL, MANAGED_BY_LABEL
+from ..api.keys import BINDING_LABEL, BINDING_UID_LABEL, MANAGED_BY_LABEL
+
+NAME_PREFIX = "sunk-scheduler-"
 
 
 def binding_label(namespace: str, name: str) -> str:
-    """Label value naming the binding (≤ 63 characters: hashed when longer)."""
+    """Label value naming the binding, for people (`kubectl get rolebindings -l`); ≤ 63 characters."""
     value = f"{namespace}.{name}"
     if len(value) <= 63:
         return value
@@ -22,8 +31,14 @@ def binding_label(namespace: str, name: str) -> str:
     return f"{value[:52].rstrip('.-_')}-{digest}"
 
 
-def rolebinding_name(namespace: str, name: str) -> str:
-    rb = f"sunk-scheduler-{namespace}-{name}"
+def rolebinding_name(uid: str) -> str:
+    """From the binding's UID alone: unique per binding, whatever its namespace and name."""
+    return NAME_PREFIX + hashlib.sha256(uid.encode()).hexdigest()[:20]
+
+
+def legacy_rolebinding_name(namespace: str, name: str) -> str:
+    """The name versions before 0.3 gave (collides across bindings): found and replaced, never created."""
+    rb = f"{NAME_PREFIX}{namespace}-{name}"
     if len(rb) <= 253:
         return rb
     digest = hashlib.sha256(f"{namespace}/{name}".encode()).hexdigest()[:10]
@@ -31,16 +46,26 @@ def rolebinding_name(namespace: str, name: str) -> str:
 
 
 def selector(namespace: str, name: str) -> str:
+    """Lists ours and legacy ones (`is_ours` then tells them from look-alikes)."""
     return f"{BINDING_LABEL}={binding_label(namespace, name)}"
 
 
-def rolebinding(binding_ns: str, binding_name: str, namespace: str, cluster_role: str,
+def is_ours(rb: Mapping, uid: str, legacy_name: str) -> bool:
+    """Made for this binding: its UID label, or (before UID labels) the legacy name without one."""
+    meta = rb.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    if BINDING_UID_LABEL in labels:
+        return labels[BINDING_UID_LABEL] == uid
+    return meta.get("name") == legacy_name and labels.get(MANAGED_BY_LABEL[0]) == MANAGED_BY_LABEL[1]
+
+
+def rolebinding(binding_ns: str, binding_name: str, uid: str, namespace: str, cluster_role: str,
                 service_account: str, sa_namespace: str) -> dict:
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "RoleBinding",
-        "metadata": {"name": rolebinding_name(binding_ns, binding_name), "namespace": namespace,
-                     "labels": {BINDING_LABEL: binding_label(binding_ns, binding_name),
+        "metadata": {"name": rolebinding_name(uid), "namespace": namespace,
+                     "labels": {BINDING_LABEL: binding_label(binding_ns, binding_name), BINDING_UID_LABEL: uid,
                                 MANAGED_BY_LABEL[0]: MANAGED_BY_LABEL[1]}},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": cluster_role},
         "subjects": [{"kind": "ServiceAccount", "name": service_account, "namespace": sa_namespace}],
@@ -48,15 +73,32 @@ def rolebinding(binding_ns: str, binding_name: str, namespace: str, cluster_role
 
 
 def is_current(found: Mapping, want: Mapping) -> bool:
-    return (found["metadata"].get("name") == want["metadata"]["name"] and found.get("roleRef") == want["roleRef"]
-            and found.get("subjects") == want["subjects"])
+    return (found["metadata"].get("name") == want["metadata"]["name"]
+            and (found["metadata"].get("labels") or {}).get(BINDING_UID_LABEL)
+            == want["metadata"]["labels"][BINDING_UID_LABEL]
+            and found.get("roleRef") == want["roleRef"] and found.get("subjects") == want["subjects"])
+
+
+def grantable(listed: Iterable[str], sandbox: Container[str], always: Container[str],
+              may_reach: Callable[[str], bool], system: Callable[[str], bool]) -> list[str]:
+    """The listed namespaces this binding may grant in: its own sandbox namespaces (a system one only
+    where the settings let its namespace reach it) and the alwaysInclude entries it may reach."""
+    out = []
+    for ns in listed:
+        if ns in sandbox:
+            ok = not system(ns) or may_reach(ns)
+        else:
+            ok = ns in always and may_reach(ns)
+        if ok:
+            out.append(ns)
+    return out
 
 
 @dataclass
 class GrantPlan:
     have: set[str] = field(default_factory=set)             # namespaces already holding a current grant
     to_create: list[str] = field(default_factory=list)
-    to_delete: list[tuple[str, str]] = field(default_factory=list)  # (namespace, name)
+    to_delete: list[tuple[str, str, str | None]] = field(default_factory=list)  # (namespace, name, uid precondition)
 
     @property
     def empty(self) -> bool:
@@ -64,22 +106,27 @@ class GrantPlan:
 
 
 def plan_grants(*, role: str, wanted: Iterable[str], known: set[str] | None, found: list[Mapping] | None,
-                want_body: Callable[[str], dict], name: str) -> GrantPlan:
-    """`found` (a fresh list of our RoleBindings) wins over `known` (what we believe we hold).
+                want_body: Callable[[str], dict], uid: str, legacy_name: str) -> GrantPlan:
+    """`found` (a fresh list of RoleBindings carrying our label) wins over `known` (what we believe we
+    hold). Only ours in `found` count (`is_ours`): a look-alike is neither granted nor deleted.
 
-    `want_body(namespace)` builds the RoleBinding we want there; `name` is its name.
+    `want_body(namespace)` builds the RoleBinding we want there.
     """
     want = set(wanted) if role else set()
+    name = rolebinding_name(uid)
     out = GrantPlan()
     if found is not None:
         for rb in found:
-            ns = rb["metadata"]["namespace"]
-            if role and ns in want and is_current(rb, want_body(ns)):
+            if not is_ours(rb, uid, legacy_name):
+                continue
+            meta = rb["metadata"]
+            ns = meta["namespace"]
+            if role and ns in want and ns not in out.have and is_current(rb, want_body(ns)):
                 out.have.add(ns)
             else:
-                out.to_delete.append((ns, rb["metadata"]["name"]))
+                out.to_delete.append((ns, meta["name"], meta.get("uid")))
     else:
         out.have = set(known or ())
-        out.to_delete = [(ns, name) for ns in sorted(out.have - want)]
+        out.to_delete = [(ns, name, None) for ns in sorted(out.have - want)]
     out.to_create = sorted(want - out.have)
     return out

@@ -43,6 +43,7 @@ class Discovery:
     service_account: str = "default"
     configmap_name: str | None = None
     scope_type: str | None = None
+    slurm_configmaps: tuple[str, ...] = ()  # ConfigMaps holding a slurm.conf key (their edits concern us)
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -163,6 +164,8 @@ def discover(
         d.name, d.name_source = discovered[0]
 
     # Kill-wait: args, configMap, slurm.conf KillWait, spec, Slurm's default
+    d.slurm_configmaps = tuple(sorted(str(_meta(cm).get("name") or "") for cm in cms
+                                      if any(str(key).endswith(SLURM_CONF_SUFFIX) for key in _data(cm))))
     slurm_kw, slurm_cm, slurm_default = _slurm_conf(cms, d)
     scheduler_kw = next(
         ((kw, src) for kw, src in ((args.kill_wait_seconds, "args"), (conf.kill_wait_seconds, "configMap")) if kw is not None),

@@ -207,6 +207,7 @@ class ScopeObservation:
     observe: bool
     others: frozenset[str] = frozenset()  # entries other live bindings on this target added (ledger)
     own_namespace: str | None = None      # a blank list means this namespace (the scheduler's own)
+    target_ref: Mapping[str, Any] | None = None  # which list this is (status.scope.target)
 
 
 @dataclass(frozen=True)
@@ -270,16 +271,19 @@ class ScopeReport:
 
 def section(prev: dict | None, ledger: ListDecision | None, *, now: str, error: bool = False,
             scope_type: str | None = None, count: int | None = None, missing: list[str] | None = None,
-            missing_count: int | None = None, wrote: bool = False, managed_by: str | None = None) -> dict:
+            missing_count: int | None = None, wrote: bool = False, managed_by: str | None = None,
+            target_ref: Mapping[str, Any] | None = None) -> dict:
     """status.scope: counts and the first few names, never every name (the full record of what we
     added is the target's ledger). lastSyncTime moves when the list was written or what we report
     changed, not at every confirming resync. On error, what was last known is kept."""
     prev = prev or {}
     if error:
-        new: dict[str, Any] = {k: prev[k] for k in ("type", "namespaceCount", "missing", "missingCount", "addedCount",
-                                                    "managedBy") if k in prev}
+        new: dict[str, Any] = {k: prev[k] for k in ("target", "type", "namespaceCount", "missing", "missingCount",
+                                                    "addedCount", "managedBy") if k in prev}
     else:
-        new = {"type": scope_type} if scope_type else {}
+        new = {"target": dict(target_ref)} if target_ref else {}
+        if scope_type:
+            new["type"] = scope_type
         if count is not None:
             new["namespaceCount"] = count
         new["missing"] = list(missing or [])
@@ -305,11 +309,12 @@ def report(obs: ScopeObservation, d: ListDecision, *, prev: dict | None, now: st
     if d.cluster:
         return ScopeReport("True", R.CLUSTER_SCOPE,
                            f"the scheduler watches all namespaces (scope type cluster in {obs.target}); nothing to "
-                           "write", section(prev, d, now=now, scope_type="cluster", missing=[], managed_by=managed_by))
+                           "write", section(prev, d, now=now, scope_type="cluster", missing=[], managed_by=managed_by,
+                                            target_ref=obs.target_ref))
     final = set(d.final)
     count, missing = missing_summary(set(obs.sandbox) | set(obs.always), final, MISSING_LIMIT)
     sec = section(prev, d, now=now, scope_type=obs.scope_type or "namespace", count=len(final), missing=missing,
-                  missing_count=count, wrote=wrote, managed_by=managed_by)
+                  missing_count=count, wrote=wrote, managed_by=managed_by, target_ref=obs.target_ref)
     extra = (" " + " ".join(notes)) if notes else ""
     if problem is not None:
         return ScopeReport("False", problem[0], problem[1] + extra, sec)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 from urllib.parse import urlsplit
 
-from ..api.spec import BindingSpec
+from ..api.spec import BindingSpec, parse_spec
 from .scope import is_literal
 
 DEFAULT_API_URLS = ("https://api.coreweave.com",)
@@ -159,6 +159,17 @@ def violations(spec: BindingSpec, binding_namespace: str, policy: TenancyPolicy)
             out.append(Violation(f"spec.scope.alwaysInclude[{i}]", f"{name} is a system namespace: the operator's "
                                  "admin must allow bindings here to reach it (--allow-reach)"))
     return out
+
+
+def admissible(body: Mapping, policy: TenancyPolicy) -> bool:
+    """Does this binding (a listed body) pass the check? A binding that does not claims nothing: not
+    a runner, not a target, not names on a shared target."""
+    meta = body.get("metadata") or {}
+    try:
+        spec = parse_spec(body.get("spec") or {})
+    except Exception:  # an unparsable spec (the CRD refuses it first) claims nothing either
+        return False
+    return not violations(spec, meta.get("namespace") or "", policy)
 
 
 def parse_reach(text: str) -> dict[str, tuple[str, ...]]:
