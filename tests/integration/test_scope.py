@@ -497,15 +497,17 @@ def test_rolebindings_follow_the_list(installed, operator, emulator, slurm_ns, g
     installed.create_binding(slurm_ns, "b", spec)
     wait_for(lambda: a in ours(installed, slurm_ns), 15)
     installed.create_namespace(b, {label: "yes"})
-    # The blank list meant the scheduler's own namespace: it stays listed, so it is granted too.
-    wait_for(lambda: set(ours(installed, slurm_ns)) == {slurm_ns, a, b}, 15, lambda: str(set(ours(installed, slurm_ns))))
+    # The blank list meant the scheduler's own namespace: it stays listed, but the binding does not
+    # match it (not a sandbox namespace, not alwaysInclude), so it gets no grant (issue 19).
+    wait_for(lambda: set(ours(installed, slurm_ns)) == {a, b}, 15, lambda: str(set(ours(installed, slurm_ns))))
+    assert slurm_ns in listed(installed, slurm_ns)
     rb = ours(installed, slurm_ns)[b]
     assert rb.role_ref.kind == "ClusterRole" and rb.role_ref.name == grant_role
     assert [(s.kind, s.name, s.namespace) for s in rb.subjects] == [("ServiceAccount", "slurm-scheduler", slurm_ns)]
 
     installed.core.patch_namespace(a, {"metadata": {"labels": {label: "no"}}})
     wait_listed(installed, slurm_ns, {a}, present=False)
-    wait_for(lambda: set(ours(installed, slurm_ns)) == {slurm_ns, b}, 15, lambda: str(set(ours(installed, slurm_ns))))
+    wait_for(lambda: set(ours(installed, slurm_ns)) == {b}, 15, lambda: str(set(ours(installed, slurm_ns))))
     installed.wait_condition(slurm_ns, "b", "ScopeSynced", "True", "Synced")
 
 

@@ -57,3 +57,16 @@ def test_the_generation_counts_list_writes_and_survives_the_round_trip():
     assert lg.decode('{"version":1,"bindings":{}}').generation == 0
     assert lg.decode('{"version":1,"generation":true,"bindings":{}}').generation == 0
     assert lg.decode('{"version":1,"generation":-3,"bindings":{}}').generation == 0
+
+
+def test_a_compressed_ledger_that_inflates_past_the_bound_is_unreadable_not_expanded() -> None:
+    """The annotation is on the tenant's own target: 8 KiB of zlib must not become gigabytes."""
+    import base64
+    import zlib
+
+    from sunk_sandbox_operator.core import ledger as lg
+
+    bomb = "zlib:" + base64.b64encode(zlib.compress(b"[" + b" " * (64 * 1024 * 1024), 9)).decode()
+    assert len(bomb) < 100_000
+    got = lg.decode(bomb)
+    assert got.error and "unreadable" in got.error and got.entries == {}

@@ -63,7 +63,7 @@ async def test_the_scheduler_s_rbac_is_checked_once_per_namespace(harness) -> No
     h.kube.access = lambda sa, verb, resource, ns: sa == "slurm/sa" and ns in allowed
     part = await scope.sync(h.ctx, state)
     assert (part.status, part.reason) == ("False", "SchedulerNotPermitted")
-    assert "slurm/sa may not watch pods or create pods/binding in 2 listed namespace(s): ds-known, ds-two" \
+    assert "slurm/sa may not watch pods or create pods/binding in 2 of the binding's listed namespace(s): ds-known, ds-two" \
         in part.message
     allowed |= {"ds-known", "ds-two"}  # the grant arrives (an admin, the chart, grantClusterRole)
     calls = h.kube.count("service_account_may")
@@ -96,7 +96,7 @@ async def test_a_burst_asks_only_about_new_namespaces_and_the_denied_again_after
     await h.run_until_idle()
     assert "ds-three" in listed(h)
     assert asked(mark) == ["ds-three", "ds-three"]  # its 2 reviews; the denied ones are not asked again
-    assert condition()["reason"] == "SchedulerNotPermitted" and "2 listed namespace(s): ds-known, ds-two" \
+    assert condition()["reason"] == "SchedulerNotPermitted" and "2 of the binding's listed namespace(s): ds-known, ds-two" \
         in condition()["message"]
     allowed |= {"ds-known", "ds-two"}  # the grant arrives; asked again once the pacing allows
     mark = len(h.kube.calls)
@@ -104,7 +104,7 @@ async def test_a_burst_asks_only_about_new_namespaces_and_the_denied_again_after
     watch.on_namespace(h.ctx, "ADDED", namespace("ds-four"))
     await h.run_until_idle()
     assert {"ds-known", "ds-two", "ds-four"} <= set(asked(mark))
-    assert "1 listed namespace(s): ds-four" in condition()["message"]
+    assert "1 of the binding's listed namespace(s): ds-four" in condition()["message"]
 
 
 async def test_a_cluster_wide_grant_takes_one_review(harness) -> None:

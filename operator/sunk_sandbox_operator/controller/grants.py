@@ -111,7 +111,9 @@ async def revoke(ctx: Context, state: BindingState) -> None:
 async def verify_scheduler(ctx: Context, state: BindingState, mem: ScopeMemory, listed: list[str], *,
                            refresh: bool) -> None:
     """SubjectAccessReview: may the scheduler's ServiceAccount watch pods and bind them in every
-    listed namespace? (What the seed runbook gets from Helm granting RBAC with the scope.) One
+    listed namespace the binding matches (`grantable`: where its sandboxes are; what else the list
+    holds is not this binding's to check or grant)? (What the seed runbook gets from Helm granting
+    RBAC with the scope.) One
     cluster-wide review first; else one per namespace not yet answered: a confirmed namespace is
     not asked again while it stays listed, a denied one at a resync or at most every
     DENIED_RECHECK_SECONDS (not at every sync of a burst: that would ask about every denied
@@ -150,6 +152,6 @@ async def verify_scheduler(ctx: Context, state: BindingState, mem: ScopeMemory, 
         denied = [ns for ns in live if ns in mem.denied]
         raise TargetProblem(ScopeSynced.SCHEDULER_NOT_PERMITTED, (
             f"the scheduler's ServiceAccount {sa[0]}/{sa[1]} may not watch pods or create pods/binding in "
-            f"{len(denied)} listed namespace(s): {sc.names(sorted(denied))}; its sandboxes there stay Pending. Set "
-            "spec.scope.grantClusterRole: sunk-scheduler-sandbox (shipped with the operator) so the operator "
-            "grants it in each listed namespace, or grant it through the Slurm chart"))
+            f"{len(denied)} of the binding's listed namespace(s): {sc.names(sorted(denied))}; its sandboxes there stay "
+            "Pending. Set spec.scope.grantClusterRole: sunk-scheduler-sandbox (shipped with the operator) so the "
+            "operator grants it in each of them, or grant it through the Slurm chart"))

@@ -304,6 +304,7 @@ async def _sync_inner(ctx: Context, state: BindingState, mem: ScopeMemory, perio
 
     notes: list[str] = []
     problem: tuple[str, str] | None = None
+    mine = grants.grantable(ctx, state, decision.final, obs.sandbox)  # the listed namespaces the binding matches
     if not obs.observe:
         mem.roll_due = mem.roll_due or wrote
         # During a burst (more changes already signalled) the roll waits for the burst's last
@@ -318,12 +319,11 @@ async def _sync_inner(ctx: Context, state: BindingState, mem: ScopeMemory, perio
             except targets.TargetProblem as exc:
                 problem = (exc.reason, exc.message)
         try:
-            await grants.sync(ctx, state, mem, grants.grantable(ctx, state, decision.final, obs.sandbox),
-                              refresh=periodic or mem.grants is None)
+            await grants.sync(ctx, state, mem, mine, refresh=periodic or mem.grants is None)
         except targets.TargetProblem as exc:
             problem = problem or (exc.reason, exc.message)
     try:
-        await grants.verify_scheduler(ctx, state, mem, decision.final, refresh=periodic)
+        await grants.verify_scheduler(ctx, state, mem, mine, refresh=periodic)
     except targets.TargetProblem as exc:
         problem = problem or (exc.reason, exc.message)
     return Part(COND, *_report(ctx, state, obs, decision, wrote, problem, notes, managed_by=managed_by))

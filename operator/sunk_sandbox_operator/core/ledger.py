@@ -23,6 +23,9 @@ from typing import Mapping
 
 VERSION = 1
 COMPRESS_OVER = 16 * 1024
+# The annotation is tenant-writable (it lives on the tenant's own target): a few KiB of zlib can
+# inflate to gigabytes. 10,000 names take ~0.3 MiB; past this the ledger is refused as unreadable.
+MAX_DECODED = 8 * 1024 * 1024
 _ZLIB = "zlib:"
 
 
@@ -61,7 +64,11 @@ def decode(text: str | None) -> Ledger:
     try:
         raw = text
         if raw.startswith(_ZLIB):
-            raw = zlib.decompress(base64.b64decode(raw[len(_ZLIB):])).decode()
+            inflate = zlib.decompressobj()
+            out = inflate.decompress(base64.b64decode(raw[len(_ZLIB):]), MAX_DECODED)
+            if inflate.unconsumed_tail:
+                raise ValueError("it inflates past the bound")
+            raw = out.decode()
         doc = json.loads(raw)
         entries = {}
         for binding, e in (doc.get("bindings") or {}).items():
