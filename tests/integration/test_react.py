@@ -213,3 +213,23 @@ def test_helm_upgrade_reverting_the_list_is_restored_and_the_scheduler_rolled(in
     assert_stays(unchanged, 3)
     restarts = [e.message for e in installed.core.list_namespaced_event(ns, field_selector="reason=SchedulerRestarted").items]
     assert len(restarts) == 2, json.dumps(restarts)  # the first sync, and after the upgrade that restarted it
+
+
+def test_a_reconcile_request_is_handled_within_a_second(installed, operator, emulator, binding_ns):
+    """`kubectl annotate ssb/b sunksandbox.dev/reconcile-requested-at=...`: a reconcile that reads the
+    runner again (a wake alone would not), and status.lastHandledReconcileAt says which request."""
+    from tests.integration.conftest import calls
+
+    ns = binding_ns
+    runner = new_runner(emulator, {})
+    installed.create_binding(ns, "b", binding_spec(runner, emulator))
+    installed.wait_condition(ns, "b", "PolicySynced", "True", timeout=30)
+    time.sleep(1)
+    reads = len(calls(emulator, runner, "GetManagedRunner"))
+    value = f"req-{uuid.uuid4().hex[:6]}"
+    installed.kubectl("annotate", "-n", ns, "ssb/b", f"sunksandbox.dev/reconcile-requested-at={value}", "--overwrite")
+    took = timed(lambda: status(installed, ns).get("lastHandledReconcileAt") == value, 5,
+                 lambda: str(status(installed, ns).get("lastHandledReconcileAt")))
+    print(f"\nreconcile requested -> handled: {took:.2f}s")
+    assert took < 1.0
+    assert len(calls(emulator, runner, "GetManagedRunner")) > reads

@@ -268,3 +268,24 @@ async def test_a_reconcile_that_raises_is_counted_and_the_loop_goes_on(harness) 
     finally:
         stopped.set()
         await asyncio.wait_for(loop, timeout=5)
+
+
+async def test_a_reconcile_request_wakes_the_loop_reads_everything_and_is_recorded(harness) -> None:
+    """sunksandbox.dev/reconcile-requested-at (External Secrets' force-sync): a new value wakes the
+    binding, its reconcile reads the runner again like a resync, and status says which it handled."""
+    h = harness()
+    cluster(h)
+    state, runner = new_binding(h)
+    await reconcile.reconcile(h.ctx, state)
+    reads = runner.gets
+    body = copy.deepcopy(h.kube.get("bindings", NS, "b"))
+    body["metadata"].setdefault("annotations", {})["sunksandbox.dev/reconcile-requested-at"] = "2026-12-01T10:00:00Z"
+    state.wake.clear()
+    lifecycle.binding_event(h.ctx, "MODIFIED", body)
+    assert state.wake.is_set()                                 # no spec change, yet woken
+    await reconcile.reconcile(h.ctx, state, resync=False)      # woken: would skip the runner read...
+    assert h.kube.get("bindings", NS, "b")["status"]["lastHandledReconcileAt"] == "2026-12-01T10:00:00Z"
+    state.wake.clear()
+    lifecycle.binding_event(h.ctx, "MODIFIED", h.kube.get("bindings", NS, "b") | {"metadata": body["metadata"]})
+    assert not state.wake.is_set()                             # handled: the same value wakes nothing
+    assert runner.gets >= reads

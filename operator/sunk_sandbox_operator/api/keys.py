@@ -13,6 +13,9 @@ SINGULAR = "sunksandboxbinding"
 SHORT_NAMES = ["ssb"]
 CATEGORIES = ["sunk"]
 FINALIZER = f"{GROUP}/finalizer"
+# Set to any new value (e.g. `date`) to reconcile now; status.lastHandledReconcileAt echoes it
+# (External Secrets' force-sync, Flux's reconcile.fluxcd.io/requestedAt).
+RECONCILE_REQUEST_ANNOTATION = f"{GROUP}/reconcile-requested-at"
 
 ANNOTATION_PREFIX = "sunk.coreweave.com/"
 PARTITION_ANNOTATION = ANNOTATION_PREFIX + "partition"

@@ -110,5 +110,8 @@ class BindingStatus(_Status):
     policy: Optional[PolicyStatus] = Field(default=None, description="The runner policy.")
     scope: Optional[ScopeStatus] = Field(default=None, description="The watched-namespace list.")
     placement: Optional[PlacementStatus] = Field(default=None, description="Sandbox pod observations.")
+    last_handled_reconcile_at: Optional[str] = Field(
+        default=None, description="The value of the sunksandbox.dev/reconcile-requested-at annotation the last "
+        "reconcile handled.")
     conditions: list[Condition] = Field(default_factory=list, description="Ready, SchedulerReady, PolicySynced, ScopeSynced, GracePeriodSafe, PlacementVerified.")
 

@@ -78,9 +78,10 @@ def binding_event(ctx: Context, event_type: str | None, body: dict) -> None:
                 other.wake.set()
         return
     state = ctx.bindings.ensure(body)
-    # Our own status patches come back as events too: only a spec change (generation) or a
-    # deletion wakes the loop early; everything else waits for the resync.
-    if state.generation != state.reconciled_generation or body.get("metadata", {}).get("deletionTimestamp"):
+    # Our own status patches come back as events too: only a spec change (generation), a reconcile
+    # request (the annotation's new value) or a deletion wakes the loop early; the rest waits.
+    if state.generation != state.reconciled_generation or body.get("metadata", {}).get("deletionTimestamp") \
+            or state.reconcile_request != state.handled_request:
         state.wake.set()
 
 
@@ -98,7 +99,9 @@ async def binding_loop(ctx: Context, body: dict, stopped: kopf.DaemonStopped) ->
             log.exception("reconcile of %s failed", state.ref)
         interval = reconcile.resync_seconds(state)
         interval *= 1 + random.uniform(-ctx.config.resync_jitter, ctx.config.resync_jitter)
-        resync = not await _sleep_or_wake(state.wake, stopped, interval)
+        woken = await _sleep_or_wake(state.wake, stopped, interval)
+        # A reconcile request reads everything again, like a resync (its point is "check now").
+        resync = not woken or state.reconcile_request != state.handled_request
 
 
 async def _sleep_or_wake(wake: asyncio.Event, stopped: kopf.DaemonStopped, timeout: float) -> bool:

@@ -98,7 +98,10 @@ async def reconcile(ctx: Context, state: BindingState, *, resync: bool = True) -
 
 
 async def _reconcile(ctx: Context, state: BindingState, resync: bool) -> None:
+    # A reconcile request is handled by this reconcile: its status write records it.
+    state.handled_request = state.reconcile_request or state.handled_request
     if state.live_spec is None:
+        state.reconciled_generation = state.generation
         state.admitted = None
         for ctype in CONDITION_TYPES[1:]:
             state.report(Part(ctype, "False", Common.INVALID_SPEC, f"spec does not validate: {state.spec_error}"))

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterator
 
 from ..adapters.metrics import BindingCounters, BindingSample
+from ..api.keys import RECONCILE_REQUEST_ANNOTATION
 from ..api.spec import BindingSpec, SandboxNamespaces, parse_spec
 from ..core.compose import Part
 from ..core.placement import PlacementTracker
@@ -119,6 +120,7 @@ class BindingState:
     conflict_checked: bool = False                       # a reconcile has looked (scope signals wait for it)
     target_conflict: str | None = None                   # an older binding on our scope target disagrees
     reconciled_generation: int | None = None
+    handled_request: str | None = None                   # the reconcile-requested-at value last handled
     failures: int = 0                                    # consecutive transient policy failures
     policy: PolicyMemory = field(default_factory=PolicyMemory)
     scope: ScopeMemory | None = None
@@ -140,6 +142,12 @@ class BindingState:
     @property
     def generation(self) -> int | None:
         return self.body.get("metadata", {}).get("generation")
+
+    @property
+    def reconcile_request(self) -> str | None:
+        """The sunksandbox.dev/reconcile-requested-at annotation, when set."""
+        value = (self.body.get("metadata", {}).get("annotations") or {}).get(RECONCILE_REQUEST_ANNOTATION)
+        return value if isinstance(value, str) and value else None
 
     @property
     def uid(self) -> str:

@@ -32,7 +32,9 @@ async def flush(ctx: Context, state: BindingState) -> bool:
             return False
         ctx.failpoints.hit("before-status-flush")
         parts = [state.parts[t] for t in CONDITION_TYPES[1:]]
-        new = compose.compose(state.status, parts, state.generation, ctx.now_iso())
+        # The generation the parts were computed for: a spec edited since is not observed yet.
+        generation = state.reconciled_generation if state.reconciled_generation is not None else state.generation
+        new = compose.compose(state.status, parts, generation, ctx.now_iso(), state.handled_request)
         if compose.without_volatile(new) == compose.without_volatile(state.status):
             return False
         patch = compose.merge_patch(state.status, new)

@@ -24,10 +24,14 @@ class Part:
     data: dict | None = field(default=None)
 
 
-def compose(prev: dict | None, parts: list[Part], generation: int | None, now: str) -> dict:
-    """The new status: sections replaced by the parts that own them, conditions updated, Ready derived."""
+def compose(prev: dict | None, parts: list[Part], generation: int | None, now: str,
+            handled_request: str | None = None) -> dict:
+    """The new status: sections replaced by the parts that own them, conditions updated, Ready derived.
+    `generation` is the one the parts were computed for (the admitted spec's), not the live one."""
     prev = prev or {}
     out: dict[str, Any] = {k: v for k, v in prev.items() if k not in ("conditions", "observedGeneration")}
+    if handled_request is not None:
+        out["lastHandledReconcileAt"] = handled_request
     conds = list(prev.get("conditions") or [])
     if not conds:
         conds = c.initial(generation, now)
