@@ -175,7 +175,8 @@ def test_helm_upgrade_reverting_the_list_is_restored_and_the_scheduler_rolled(in
     # The chart grants its scheduler nothing: the operator grants the shipped role in each listed namespace.
     installed.create_binding(ns, "b", binding_spec(new_runner(emulator, {}), emulator,
                                                    sandboxNamespaces={"names": [glob]},
-                                                   scope={"grantClusterRole": "sunk-scheduler-sandbox"}))
+                                                   scope={"grantClusterRole": "sunk-scheduler-sandbox",
+                                                          "minRollInterval": "0s"}))  # the upgrade rolls at once
     installed.wait_condition(ns, "b", "ScopeSynced", "True", timeout=30)
     assert set(names) <= set(listed(installed, ns)) and ns in listed(installed, ns)
     # Who else writes the ConfigMap is said in status and in a Warning event.

@@ -271,7 +271,8 @@ def test_scope_hash_changes_exactly_when_the_list_changes(installed, operator, e
     p = prefix()
     make_scheduler(installed, slurm_ns, scope_namespaces=[])
     installed.create_namespace(f"{p}-1")
-    scope_binding(installed, emulator, slurm_ns, [f"{p}-*"], resyncInterval="1s")
+    scope_binding(installed, emulator, slurm_ns, [f"{p}-*"], resyncInterval="1s",
+                  scope={"minRollInterval": "0s"})  # every list change rolls (rationing: test_rolls_are_rationed)
 
     def template_hash():
         dep = installed.apps.read_namespaced_deployment("slurm-scheduler", slurm_ns)
@@ -635,3 +636,48 @@ def test_forbidden_cluster_role_is_reported(installed, operator, emulator, slurm
     assert "spec.scope.grantClusterRole: cluster-admin is not a ClusterRole the operator may grant" in cond["message"]
     assert f"{p}-a" not in listed(installed, slurm_ns)  # nothing written
     assert ours(installed, slurm_ns) == {}
+
+
+def test_rolls_are_rationed_for_a_trickle_and_a_burst(installed, operator, emulator, slurm_ns):
+    """The default spec.scope.minRollInterval (30 s): 15 namespaces one every 2 s made 15 restarts of the
+    scheduler before (a scheduling outage in the busy hour); now the first change rolls at once and the
+    rest fold into one roll at the interval's end. Every namespace is listed at once all the same."""
+    p = prefix()
+    make_scheduler(installed, slurm_ns, scope_namespaces=[])
+    scope_binding(installed, emulator, slurm_ns, [f"{p}-*"])
+    installed.wait_condition(slurm_ns, "b", "ScopeSynced", timeout=30)
+
+    def template() -> str | None:
+        dep = installed.apps.read_namespaced_deployment("slurm-scheduler", slurm_ns)
+        return (dep.spec.template.metadata.annotations or {}).get(HASH)
+
+    seen: list[str] = []
+
+    def note() -> None:
+        h = template()
+        if h and (not seen or seen[-1] != h):
+            seen.append(h)
+    started = time.monotonic()
+    for i in range(15):
+        installed.create_namespace(f"{p}-t{i}")
+        wait_listed(installed, slurm_ns, {f"{p}-t{i}"}, timeout=5)  # listed at once, whatever the roll does
+        note()
+        time.sleep(max(0.0, started + 2 * (i + 1) - time.monotonic()))
+    elapsed = time.monotonic() - started
+    rolls = len(seen)
+    print(f"\nscheduler rolls for a trickle of 15 namespaces one every 2 s: {rolls} in {elapsed:.0f} s (was 15)")
+    assert rolls <= 2
+    # The folded roll brings the running scheduler onto the whole list by the interval's end.
+    wait_for(lambda: template() == scope_hash(listed(installed, slurm_ns)), 35)
+    seen[:] = [template()]
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda i: installed.create_namespace(f"{p}-b{i}"), range(100)))
+    wait_listed(installed, slurm_ns, {f"{p}-b{i}" for i in range(100)}, timeout=20)
+
+    def rolled_onto_all() -> bool:
+        note()
+        return template() == scope_hash(listed(installed, slurm_ns))
+    wait_for(rolled_onto_all, 35, interval=0.2)
+    print(f"scheduler rolls for a burst of 100 namespaces: {len(seen) - 1}")
+    assert len(seen) - 1 <= 2
+    assert installed.binding(slurm_ns, "b")["status"]["scope"].get("lastRollTime")

@@ -206,7 +206,7 @@ def helm_revert(h, at: str, *, restarted_at: str | None) -> None:
 
 async def test_a_helm_revert_with_a_restart_is_restored_and_rolled_once(harness) -> None:
     h = harness()
-    state = world(h)
+    state = world(h, scope={"minRollInterval": "0s"})  # every write may roll (rationing: test_roll_pacing)
     await scope.sync(h.ctx, state)
     assert listed(h) == ["ds-known", "slurm"] and h.kube.count("merge_patch_deployment") == 1
     helm_revert(h, "2026-12-01T10:00:05Z", restarted_at="2026-12-01T10:00:05Z")

@@ -231,7 +231,7 @@ async def test_a_sync_writes_the_configmap_rolls_the_scheduler_and_reports(harne
         "target": {"kind": "SchedulerConfigMap", "namespace": "slurm", "name": "cm", "key": "scheduler.conf",
                    "path": "scheduler.scope.namespaces"},
         "type": "namespace", "namespaceCount": 2, "missing": [], "missingCount": 0, "addedCount": 1,
-        "lastSyncTime": h.clock.iso()}
+        "lastSyncTime": h.clock.iso(), "lastRollTime": h.clock.iso()}
     assert ledger_of(h) == lg.Entry(added=("ds-known",), preexisting=("slurm",))  # written with the list
     assert state.counters.scope_writes == 1 and state.counters.scope_namespaces == 2
     state.report(part)
@@ -649,7 +649,7 @@ async def test_an_unchanged_target_is_parsed_once_per_resource_version(harness) 
 
 async def test_during_a_burst_the_scheduler_rolls_once_after_the_last_write(harness) -> None:
     h = harness(scope_window_seconds=0.0, scope_max_writes_per_second=10.0)
-    state = world(h)
+    state = world(h, scope={"minRollInterval": "0s"})  # every write may roll (rationing: test_roll_pacing)
     await scope.sync(h.ctx, state)
     assert h.kube.count("merge_patch_deployment") == 1
     # While the write for ds-1 is in flight, ds-2 arrives: the roll waits for the write that follows.

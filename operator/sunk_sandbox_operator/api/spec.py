@@ -321,15 +321,14 @@ class ScopeSpec(_Model):
         max_length=256,
         description="Namespaces always in the list (e.g. the Slurm namespace). Never removed by the operator.",
     )
-    restart_scheduler: bool = Field(
-        default=True,
-        description="ConfigMap target: roll the scheduler (pod-template annotation sunksandbox.dev/scope-hash) when the list changes.",
-    )
-    grant_cluster_role: str = Field(
-        default="",
-        description="If set, a RoleBinding to this ClusterRole for the scheduler's ServiceAccount in every listed namespace.",
-        pattern=r"^([A-Za-z0-9:._-]{1,253})?$",
-    )
+    restart_scheduler: bool = Field(default=True, description="ConfigMap target: roll the scheduler (pod-template "
+                                    "annotation sunksandbox.dev/scope-hash) when the list changes.")
+    min_roll_interval: str = Field(default="30s", pattern=DURATION_PATTERN, description=(
+        "At most one scheduler roll per this interval: the first change rolls at once, later ones fold into one roll "
+        "at the interval's end (a roll restarts what places Slurm and sandbox pods). 0s: roll at every list write."))
+    grant_cluster_role: str = Field(default="", pattern=r"^([A-Za-z0-9:._-]{1,253})?$", description=(
+        "If set, a RoleBinding to this ClusterRole for the scheduler's ServiceAccount in each listed namespace the "
+        "binding itself matches (its sandbox namespaces, and the alwaysInclude entries its namespace may reach)."))
 
 
 _PINNED_KEYS = ["partition", "account", "qos", "constraint", "exclusive", "user-id", "group-id"]

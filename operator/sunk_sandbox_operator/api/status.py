@@ -83,6 +83,10 @@ class ScopeStatus(_Status):
         default=None, description="Another tool that renders the target and may put its own list back (Helm, Argo CD, "
         "Flux), read from the target's labels and annotations.")
     last_sync_time: Optional[str] = Field(default=None, description="When the list was last written or confirmed.")
+    last_roll_time: Optional[str] = Field(default=None, description="When the operator last restarted the scheduler "
+                                          "onto the list (pod-template annotation).")
+    next_roll_time: Optional[str] = Field(default=None, description="When the list's latest changes will restart the "
+                                          "scheduler (spec.scope.minRollInterval folds changes into one roll).")
 
 
 class Mismatch(_Status):

@@ -105,5 +105,13 @@ class Context:
             _return_free_memory()
         self.namespaces.ready = True
 
+    def later(self, delay: float, fn: Callable[[], None]) -> asyncio.Task:
+        """Call `fn` after `delay` seconds of the injected clock (tests drive it); cancel the task to
+        drop it. Delayed actions go through here, not the event loop's wall-clock timers."""
+        async def run() -> None:
+            await self.sleep(delay)
+            fn()
+        return asyncio.get_running_loop().create_task(run())
+
     def event(self, state: BindingState, kind: str, reason: str, message: str) -> None:
         self._post(state.body, kind, reason, message)

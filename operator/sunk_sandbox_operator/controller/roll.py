@@ -41,9 +41,10 @@ async def rewrites_running_list(ctx: Context, state: BindingState, target: targe
 
 
 async def roll(ctx: Context, state: BindingState, values: list[str], *, wrote: bool,
-               generation: int | None = None) -> str | None:
+               generation: int | None = None) -> tuple[str | None, bool]:
     """Set the pod-template scope hash of the Deployment or StatefulSet running the scheduler when
-    it differs from the target, or the target's list was written since the roll (rolls the scheduler)."""
+    it differs from the target, or the target's list was written since the roll (rolls the scheduler).
+    (a note for the condition message, whether it rolled)."""
     ns = state.discovery.namespace
     try:
         workloads = await sched.list_workloads(ctx.kube, ns)
@@ -54,7 +55,7 @@ async def roll(ctx: Context, state: BindingState, values: list[str], *, wrote: b
                               hash_annotation=SCOPE_HASH_ANNOTATION, generation=generation,
                               generation_annotation=SCOPE_GENERATION_ANNOTATION)
     if decision.workload is None:
-        return decision.note
+        return decision.note, False
     try:
         rolled = await sched.set_scope_hash(ctx.kube, ns, decision.kind, decision.workload, decision.hash,
                                             decision.generation)
@@ -65,4 +66,4 @@ async def roll(ctx: Context, state: BindingState, values: list[str], *, wrote: b
         gen = f", {SCOPE_GENERATION_ANNOTATION}={decision.generation}" if decision.generation is not None else ""
         ctx.event(state, "Normal", "SchedulerRestarted", f"{decision.kind} {ns}/{decision.workload}: pod-template "
                   f"{SCOPE_HASH_ANNOTATION}={decision.hash}{gen} (the watched list was written since the last roll)")
-    return None
+    return None, rolled

@@ -22,6 +22,8 @@ from ..adapters import kube as k
 from ..adapters import targets
 from ..api.reasons import ScopeSynced
 from ..core import managers
+from ..core import roll_pacing as pacing
+from ..core.scheduler_conf import parse_go_duration
 from ..core import scope as sc
 from ..core.compose import Part
 from ..core.ledger import Entry
@@ -65,6 +67,9 @@ def forget(state: BindingState) -> None:
     mem = state.scope
     if mem is not None:
         mem.syncer.cancel()
+        if mem.roll_timer is not None:
+            mem.roll_timer.cancel()
+            mem.roll_timer = None
         for handle in (mem.recheck_handle, mem.retry_handle):
             if handle is not None:
                 handle.cancel()
@@ -311,13 +316,20 @@ async def _sync_inner(ctx: Context, state: BindingState, mem: ScopeMemory, perio
         # write: one scheduler restart per burst, and the next list write is not delayed by it.
         burst_goes_on = not periodic and mem.syncer.pending
         if target.can_roll and spec.scope.restart_scheduler and (mem.roll_due or periodic) and not burst_goes_on:
-            try:
-                note = await rolling.roll(ctx, state, decision.final, wrote=mem.roll_due, generation=generation)
-                mem.roll_due = False
-                if note:
-                    notes.append(note)
-            except targets.TargetProblem as exc:
-                problem = (exc.reason, exc.message)
+            wait = pacing.roll_wait(mem.last_roll, ctx.monotonic(), _min_roll_interval(spec)) if mem.roll_due else 0.0
+            if wait > 0:
+                _roll_later(ctx, mem, wait)  # folded: one roll at the interval's end carries every change
+            else:
+                try:
+                    note, rolled = await rolling.roll(ctx, state, decision.final, wrote=mem.roll_due,
+                                                      generation=generation)
+                    mem.roll_due, mem.next_roll_at = False, None
+                    if rolled:
+                        mem.last_roll, mem.last_roll_at = ctx.monotonic(), ctx.now_iso()
+                    if note:
+                        notes.append(note)
+                except targets.TargetProblem as exc:
+                    problem = (exc.reason, exc.message)
         try:
             await grants.sync(ctx, state, mem, mine, refresh=periodic or mem.grants is None)
         except targets.TargetProblem as exc:
@@ -329,11 +341,37 @@ async def _sync_inner(ctx: Context, state: BindingState, mem: ScopeMemory, perio
     return Part(COND, *_report(ctx, state, obs, decision, wrote, problem, notes, managed_by=managed_by))
 
 
+def _min_roll_interval(spec) -> float:
+    try:
+        return parse_go_duration(spec.scope.min_roll_interval)
+    except ValueError:
+        return 30.0
+
+
+def _roll_later(ctx: Context, mem: ScopeMemory, wait: float) -> None:
+    """One sync at the end of the roll interval (it finds the roll due and makes it)."""
+    if mem.roll_timer is not None and not mem.roll_timer.done():
+        return
+    mem.next_roll_at = pacing.after(ctx.now_iso(), wait)
+
+    def due() -> None:
+        mem.roll_timer = None
+        mem.syncer.signal()
+    mem.roll_timer = ctx.later(wait, due)
+
+
+def _rolls(mem: ScopeMemory | None) -> dict[str, str]:
+    if mem is None:
+        return {}
+    out = {"lastRollTime": mem.last_roll_at} if mem.last_roll_at else {}
+    return {**out, "nextRollTime": mem.next_roll_at} if mem.next_roll_at and mem.roll_due else out
+
+
 def _report(ctx: Context, state: BindingState, obs: sc.ScopeObservation, decision: sc.ListDecision, wrote: bool,
             problem: tuple[str, str] | None = None, notes: list[str] = (), *,
             managed_by: str | None = None) -> tuple[str, str, str, str, dict]:
     r = sc.report(obs, decision, prev=state.section("scope"), now=ctx.now_iso(), wrote=wrote, problem=problem,
-                  notes=list(notes), managed_by=managed_by)
+                  notes=list(notes), managed_by=managed_by, rolls=_rolls(state.scope))
     return r.status, r.reason, r.message, "scope", r.section
 
 

@@ -63,6 +63,10 @@ class ScopeMemory:
     denied: set[str] = field(default_factory=set)  # listed namespaces where it may not
     denied_asked: float = float("-inf")        # when the denied ones were last asked again (monotonic)
     target_ref: dict | None = None             # the target `added`/`preexisting` belong to (status.scope.target)
+    last_roll: float | None = None             # when this process last rolled the scheduler (monotonic)
+    roll_timer: "asyncio.Task | None" = None   # the folded roll at the end of minRollInterval
+    next_roll_at: str | None = None            # ... its time, for status.scope.nextRollTime
+    last_roll_at: str | None = None            # status.scope.lastRollTime
 
     def switch_target(self, ref: dict) -> None:
         """Start fresh on another target: what we added and found belongs to the one we left, and

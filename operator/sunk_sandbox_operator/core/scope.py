@@ -272,14 +272,15 @@ class ScopeReport:
 def section(prev: dict | None, ledger: ListDecision | None, *, now: str, error: bool = False,
             scope_type: str | None = None, count: int | None = None, missing: list[str] | None = None,
             missing_count: int | None = None, wrote: bool = False, managed_by: str | None = None,
-            target_ref: Mapping[str, Any] | None = None) -> dict:
+            target_ref: Mapping[str, Any] | None = None, rolls: Mapping[str, str] | None = None) -> dict:
     """status.scope: counts and the first few names, never every name (the full record of what we
     added is the target's ledger). lastSyncTime moves when the list was written or what we report
     changed, not at every confirming resync. On error, what was last known is kept."""
     prev = prev or {}
     if error:
         new: dict[str, Any] = {k: prev[k] for k in ("target", "type", "namespaceCount", "missing", "missingCount",
-                                                    "addedCount", "managedBy") if k in prev}
+                                                    "addedCount", "managedBy", "lastRollTime", "nextRollTime")
+                               if k in prev}
     else:
         new = {"target": dict(target_ref)} if target_ref else {}
         if scope_type:
@@ -292,6 +293,7 @@ def section(prev: dict | None, ledger: ListDecision | None, *, now: str, error: 
             new["addedCount"] = len(ledger.added)
         if managed_by:
             new["managedBy"] = managed_by
+        new.update(rolls or {})
     new = ScopeStatus.model_validate(new).wire()  # the model is the shape of status.scope
     unchanged = {k: v for k, v in prev.items() if k != "lastSyncTime"} == new
     if not error and (wrote or not unchanged or not prev.get("lastSyncTime")):
@@ -302,7 +304,8 @@ def section(prev: dict | None, ledger: ListDecision | None, *, now: str, error: 
 
 
 def report(obs: ScopeObservation, d: ListDecision, *, prev: dict | None, now: str, wrote: bool,
-           problem: tuple[str, str] | None = None, notes: list[str] = (), managed_by: str | None = None) -> ScopeReport:
+           problem: tuple[str, str] | None = None, notes: list[str] = (), managed_by: str | None = None,
+           rolls: Mapping[str, str] | None = None) -> ScopeReport:
     """ScopeSynced after a sync: a problem (reason, message), Pending, ClusterScope or Synced."""
     if d.error:
         return ScopeReport("False", R.INVALID_CONFIG, d.error, section(prev, d, now=now, error=True))
@@ -314,7 +317,7 @@ def report(obs: ScopeObservation, d: ListDecision, *, prev: dict | None, now: st
     final = set(d.final)
     count, missing = missing_summary(set(obs.sandbox) | set(obs.always), final, MISSING_LIMIT)
     sec = section(prev, d, now=now, scope_type=obs.scope_type or "namespace", count=len(final), missing=missing,
-                  missing_count=count, wrote=wrote, managed_by=managed_by, target_ref=obs.target_ref)
+                  missing_count=count, wrote=wrote, managed_by=managed_by, target_ref=obs.target_ref, rolls=rolls)
     extra = (" " + " ".join(notes)) if notes else ""
     if problem is not None:
         return ScopeReport("False", problem[0], problem[1] + extra, sec)

@@ -1,0 +1,81 @@
+"""Scheduler rolls are rationed (issue 20): at most one per scope.minRollInterval, the first change at once,
+later ones folded into one roll at the interval's end. The pure rule, property-tested, then the shell over
+the fakes on the injected clock (no wall-clock sleep)."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sunk_sandbox_operator.controller import scope, watch
+from sunk_sandbox_operator.core import roll_pacing as pacing
+
+from tests.unit.fakes import harness_fixture, namespace  # noqa: F401
+from tests.unit.test_scope_controller import world
+
+
+def simulate(changes: list[float], interval: float) -> list[float]:
+    """The roll times a scheduler sees for list changes at `changes`, following roll_wait as the shell
+    does: at a change (or at the folded roll's timer) roll when the wait is 0, else set the timer."""
+    rolls: list[float] = []
+    due, timer = False, None
+    events = sorted(changes)
+    i = 0
+    while i < len(events) or timer is not None:
+        if timer is not None and (i >= len(events) or timer <= events[i]):
+            now, timer = timer, None
+        else:
+            now, due = events[i], True
+            i += 1
+        if not due:
+            continue
+        wait = pacing.roll_wait(rolls[-1] if rolls else None, now, interval)
+        if wait == 0:
+            rolls.append(now)
+            due = False
+        elif timer is None:
+            timer = now + wait
+    return rolls
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.floats(0, 600, allow_nan=False), max_size=60), st.sampled_from([0.0, 5.0, 30.0, 120.0]))
+def test_never_two_rolls_inside_an_interval_and_never_a_change_left_unrolled_past_it(changes, interval) -> None:
+    rolls = simulate(changes, interval)
+    eps = 1e-6  # float sums of the timer
+    assert all(b - a >= interval - eps for a, b in zip(rolls, rolls[1:]))
+    for t in changes:  # every change is carried by a roll at or after it, within the interval
+        assert any(t <= r <= t + interval + eps for r in rolls), (t, rolls)
+    if changes:
+        assert rolls[0] == min(changes)  # the first change rolls at once
+
+
+def test_zero_rolls_at_every_change_and_a_first_roll_is_never_delayed() -> None:
+    assert simulate([1.0, 2.0, 3.0], 0.0) == [1.0, 2.0, 3.0]
+    assert pacing.roll_wait(None, 100.0, 30.0) == 0.0 and pacing.roll_wait(90.0, 100.0, 30.0) == 20.0
+    assert pacing.after("2026-01-01T00:00:00Z", 20.2) == "2026-01-01T00:00:21Z"
+
+
+async def test_a_trickle_of_namespaces_rolls_the_scheduler_at_most_once_per_interval(harness) -> None:
+    """15 namespaces one every 2 s (new users through a busy hour) made 15 restarts before."""
+    h = harness()
+    state = world(h)                                        # the default minRollInterval: 30s
+    state.report(await scope.sync(h.ctx, state))
+    assert h.kube.count("merge_patch_deployment") == 1      # the first change rolls at once
+    for i in range(15):
+        watch.on_namespace(h.ctx, "ADDED", namespace(f"ds-t{i}"))
+        await h.run_until_idle(horizon=2.0)
+        await h.clock.advance(2.0)
+    assert h.kube.count("replace_configmap") >= 15          # every namespace listed at once...
+    assert h.kube.count("merge_patch_deployment") == 2      # ...one folded roll at the interval's end
+    watch.on_namespace(h.ctx, "ADDED", namespace("ds-late"))  # just after that roll: folded into the next
+    await h.run_until_idle(horizon=2.0)
+    state.report(await scope.sync(h.ctx, state))            # (a resync: no roll either)
+    assert h.kube.count("merge_patch_deployment") == 2 and state.scope.roll_due
+    assert state.section("scope")["nextRollTime"] == state.scope.next_roll_at
+    await h.clock.advance(30.0)
+    await h.run_until_idle()
+    assert h.kube.count("merge_patch_deployment") == 3 and not state.scope.roll_due
+    from sunk_sandbox_operator.core.scope import scope_hash
+    from tests.unit.test_scope_controller import listed, scope_hash_of
+    assert scope_hash_of(h) == scope_hash(listed(h))        # the running scheduler has the whole list
