@@ -94,6 +94,18 @@ def test_a_base_60_integer_is_bounded_while_constructing() -> None:
     assert untrusted.load("x: " + "7" * MAX_INT_CHARS + "\n")["x"] > 0
 
 
+def test_the_reason_and_the_readme_state_these_bounds() -> None:
+    from pathlib import Path
+
+    from sunk_sandbox_operator.api.reasons import ScopeSynced
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    threat = readme[readme.index("## Threat model"):readme.index("## Troubleshooting")]
+    assert MAX_BYTES == 1 << 20
+    for text in (ScopeSynced.DOCUMENT_REFUSED.fix, threat):
+        assert "1 MiB" in text and f"{MAX_NODES:,} nodes" in text and f"{MAX_DEPTH} levels" in text
+
+
 def test_malformed_yaml_raises_the_parsers_own_error_not_a_refusal() -> None:
     for doc in ("scheduler: [\n", "scheduler: ['*', \n"):  # on the cheap path and through the scan
         with pytest.raises(yaml.YAMLError) as info:
