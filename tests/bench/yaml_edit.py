@@ -4,7 +4,7 @@
 
 Runs over the corpus of scheduler.conf-like documents in tests/unit/yaml_corpus.py (block, flow
 and wrapped-flow lists, flow mapping, comma strings, comments around and inside the list, quoted
-items, anchors/aliases/merge keys elsewhere, a missing key, CRLF, nested keys after the list).
+items, anchors and merge keys elsewhere (aliases are refused), a missing key, CRLF, nested keys after the list).
 The edit adds one name and removes one (or creates the list when the key is missing). For each
 document and method it prints: ms per edit (median), the re-parse oracle, lines outside the
 edited value that changed, lines inside it that changed, and the `# c:` comments kept. ruamel.yaml is not a project

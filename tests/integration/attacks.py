@@ -37,6 +37,14 @@ ATTACKS: list[tuple[str, dict, str]] = [
 ]
 
 
+def alias_bomb(levels: int = 9) -> str:
+    """Top-level YAML rows for a tenant's own document: `levels` levels of nine aliases of the level
+    below, 9**levels strings if expanded (9: the "billion laughs", 387 million) in about 55 bytes a level."""
+    rows = ["l0: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    rows += [f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 9) + "]" for i in range(1, levels)]
+    return "\n".join(rows) + "\n"
+
+
 def _fill(value, subs: dict[str, str]):
     if isinstance(value, str):
         return value.format(**subs)

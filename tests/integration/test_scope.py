@@ -20,6 +20,7 @@ from kubernetes.client.rest import ApiException
 
 from sunk_sandbox_operator.core.scope import scope_hash
 from tests.conftest import assert_stays, wait_for
+from tests.integration.attacks import alias_bomb
 from tests.integration.conftest import (binding_spec, create_token_secret, grant_secret_read, make_scheduler,
                                         new_runner)
 
@@ -681,3 +682,45 @@ def test_rolls_are_rationed_for_a_trickle_and_a_burst(installed, operator, emula
     print(f"scheduler rolls for a burst of 100 namespaces: {len(seen) - 1}")
     assert len(seen) - 1 <= 2
     assert installed.binding(slurm_ns, "b")["status"]["scope"].get("lastRollTime")
+
+
+# 7 levels: 4.8 million strings if expanded, seconds of CPU and hundreds of MiB per parse on code that
+# expands it (enough to fail there without wedging the session's operator for minutes); the 9-level,
+# 556-byte bomb of issue 19 is refused the same way (tests/unit/test_untrusted.py).
+BOMB_LEVELS = 7
+
+
+def test_alias_bomb_in_scheduler_conf_refuses_only_its_binding(installed, operator, emulator, slurm_ns):
+    p = prefix()
+    other = f"{slurm_ns[:50]}-other"
+    installed.create_namespace(other)
+    grant_secret_read(installed, other)
+    create_token_secret(installed, other)
+    make_scheduler(installed, other, scope_namespaces=[])
+    make_scheduler(installed, slurm_ns, extra_conf=alias_bomb(BOMB_LEVELS))  # the tenant's own scheduler.conf
+    installed.create_namespace(f"{p}-v-a")
+    scope_binding(installed, emulator, slurm_ns, [f"{p}-v-*"])
+    scope_binding(installed, emulator, other, [f"{p}-o-*"])
+
+    cond = installed.wait_condition(slurm_ns, "b", "ScopeSynced", "False", "DocumentRefused")
+    where = f"ConfigMap {slurm_ns}/{CM} key {KEY}"
+    assert cond["message"].startswith(f"{where} at scheduler.scope.namespaces: refused as untrusted input: it holds "
+                                      "a YAML alias (`*l0` at line 6"), cond["message"]
+    assert "write it without anchors and aliases" in cond["message"]
+    sched = installed.condition(slurm_ns, "b", "SchedulerReady")
+    assert f"{where}: scheduler.conf refused as untrusted input" in sched["message"], sched
+
+    # The tenant edits its bomb (a new resourceVersion to parse) while another tenant's namespace arrives.
+    edit_conf(installed, slurm_ns, lambda text: text.replace("lol", "lul"))
+    mine, text = rv(installed, slurm_ns), conf_text(installed, slurm_ns)
+    started = time.monotonic()
+    installed.create_namespace(f"{p}-o-1")
+    wait_listed(installed, other, {f"{p}-o-1"}, timeout=5)
+    print(f"the other tenant's namespace listed in {time.monotonic() - started:.2f}s")
+
+    def untouched():
+        assert rv(installed, slurm_ns) == mine and conf_text(installed, slurm_ns) == text
+        assert installed.condition(slurm_ns, "b", "ScopeSynced")["reason"] == "DocumentRefused"
+        assert operator.proc.poll() is None
+    assert_stays(untouched, 2.0)
+    installed.wait_condition(other, "b", "ScopeSynced", "True", "Synced")

@@ -244,21 +244,20 @@ def test_empty_list_writes() -> None:
         assert write_list(doc, "s.ns", [], "missing") == doc  # already reads as empty: no write
 
 
-def test_aliased_value_falls_back_to_reemit_and_changes_only_the_path() -> None:
-    doc = "base: &b\n  scope:\n    namespaces: [a]\nscheduler: *b\n"
+def test_merged_value_falls_back_to_reemit_and_changes_only_the_path() -> None:
+    # The list comes in through a merge key: a splice beside it would drop the merged `type`.
+    doc = "scheduler:\n  <<: {scope: {type: namespace, namespaces: [a]}}\n  name: s\n"
     out = write_list(doc, P, ["a", "z"], "list")
-    loaded = yaml.safe_load(out)
-    assert loaded["scheduler"]["scope"]["namespaces"] == ["a", "z"]
-    assert loaded["base"] == {"scope": {"namespaces": ["a"]}}  # the anchor's other user is untouched
+    assert yaml.safe_load(out) == {"scheduler": {"scope": {"type": "namespace", "namespaces": ["a", "z"]},
+                                                 "name": "s"}}
     assert write_list(out, P, ["a", "z"], read_list(out, P).style) == out
 
 
 def test_reemit_keeps_strings_pyyaml_dumps_lossily() -> None:
-    # An alias forces the re-emit; "\N  " (NEL + spaces) does not survive PyYAML's unicode dump.
-    doc = 'base: &b\n  scope:\n    namespaces: [a]\nscheduler: *b\nx: "\\N  "\n'
+    # The merge key forces the re-emit; "\N  " (NEL + spaces) does not survive PyYAML's unicode dump.
+    doc = 'scheduler:\n  <<: {scope: {type: namespace, namespaces: [a]}}\nx: "\\N  "\n'
     out = write_list(doc, P, ["q"], "list")
-    assert yaml.safe_load(out) == {"base": {"scope": {"namespaces": ["a"]}},
-                                   "scheduler": {"scope": {"namespaces": ["q"]}}, "x": "\x85  "}
+    assert yaml.safe_load(out) == {"scheduler": {"scope": {"type": "namespace", "namespaces": ["q"]}}, "x": "\x85  "}
 
 
 # ---------------------------------------------------------------- hypothesis: other keys untouched

@@ -41,7 +41,7 @@ def test_write_list_over_corpus(case: corpus.Case, n: int) -> None:
 
 
 def test_corpus_checks_see_a_reemit() -> None:
-    """The checks are not vacuous: the alias case must re-emit, which loses comments and layout."""
+    """The checks are not vacuous: the anchored list must re-emit, which loses comments and layout."""
     case = next(c for c in corpus.CASES if not c.splices)
     text = case.build(3)
     out = write_list(text, corpus.PATH, corpus.edit_values(3, "list"), "list")

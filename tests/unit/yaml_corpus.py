@@ -115,29 +115,30 @@ def doc_string_quoted(n: int) -> str:
 
 
 def doc_anchors(n: int) -> str:
+    """Anchors (that no alias uses: aliases are refused, core/untrusted) and a merge key elsewhere."""
     return ("""\
-# c:header anchors and aliases elsewhere in the document
+# c:header anchors and a merge key elsewhere in the document
 defaults: &defaults       # c:anchor
   image: &img slurm:24.05
   pullPolicy: IfNotPresent
 scheduler:
-  <<: *defaults
+  <<: {pullPolicy: Always} # c:merge
   name: slurm-scheduler
-  scope:
+  scope: &scope
     type: namespace
     namespaces:
 """ + _block(names(n)) + """\
-    image: *img           # c:alias
-  sidecar: *defaults
-other: [*img, x]
+    image: slurm:24.05    # c:image
+  sidecar: {image: slurm:24.05}
+other: [slurm:24.05, x]
 """)
 
 
 def doc_anchored_value(n: int) -> str:
-    """The list itself is anchored and aliased: no splice can change only the path (re-emit)."""
-    return ("# c:header the list is shared through an alias\n"
+    """The list itself is anchored: its text starts at the anchor, so no splice passes the check (re-emit)."""
+    return ("# c:header the list carries an anchor\n"
             "scheduler:\n  scope:\n    type: namespace\n    namespaces: &ns   # c:key\n"
-            + _block(names(n)) + "  mirror: *ns           # c:mirror\n")
+            + _block(names(n)) + "  mirror: x             # c:mirror\n")
 
 
 def doc_missing(n: int) -> str:

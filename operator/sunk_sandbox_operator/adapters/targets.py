@@ -4,7 +4,8 @@ A target reads the list (`read` → `TargetRead`: the values, their style, and t
 precondition) and writes a new one with that precondition (`write`: raises `kube.Conflict` when
 the object changed since the read). Every failure the operator can explain is a `TargetProblem`
 carrying the ScopeSynced reason and the fix. A new target kind is one new class here and one
-entry in `KINDS`.
+entry in `KINDS`. The documents are tenant-written: scope_doc.parse reads them through core/untrusted
+(once per resourceVersion, a refusal too), and a refused one (DocumentRefused) is never written over.
 """
 
 from __future__ import annotations
@@ -134,12 +135,12 @@ def _edited_key(target: Any, memo: dict, read: TargetRead, values: list[str] | N
     parsed = _memoized(memo, _version(read.obj, target.key, target.path), lambda: scope_doc.parse(text))
     if values is None:
         return data, parsed, None
-    if parsed[1]:  # malformed YAML is never overwritten (edit takes the parse as valid)
-        raise TargetProblem(ScopeSynced.INVALID_CONFIG, f"{target.describe()}: {parsed[1]}")
+    if parsed[1]:  # malformed or refused YAML is never overwritten (edit takes the parse as valid)
+        raise TargetProblem(scope_doc.error_reason(parsed[1]), f"{target.describe()}: {parsed[1]}")
     try:  # the span of our previous write, when this is the text it produced: no re-parse
         e = scope_doc.edit(text, target.path, values, read.list.style, parsed[0], memo.get("span"))
-    except ValueError as exc:
-        raise TargetProblem(ScopeSynced.INVALID_CONFIG, f"{target.describe()}: {exc}") from None
+    except ValueError as exc:  # or untrusted.Refused: e.g. the new list would take the document past a bound
+        raise TargetProblem(scope_doc.error_reason(exc), f"{target.describe()}: {exc}") from None
     return {**data, target.key: e.text}, (e.data, None), e.span
 
 

@@ -107,6 +107,11 @@ class ScopeSynced(_Reason):
         "`scheduler.conf` (or an Application's `helm.values`) is not valid YAML, the value is not a list/string, "
         "or `scope.target.application` does not pick one source (the message says which field): fix it; the "
         "operator never overwrites it")
+    DOCUMENT_REFUSED = "DocumentRefused", (
+        "the target document (`scheduler.conf`, an Application's `helm.values`, the Flux values ConfigMap) is "
+        "tenant-written, so it is parsed only within bounds: no YAML aliases (`*x`), at most 1 MiB, 50,000 nodes "
+        "and 100 levels of nesting (the message names the object, key and place, and which bound): write it "
+        "without anchors and aliases, or shorten it. Nothing is expanded, and the operator never writes it")
     LIST_NOT_EDITABLE = "ListNotEditable", (
         "the Application's list is not in the source's `helm.valuesObject` or `helm.values` but may come from a "
         "`valueFiles` file (named in the message), or a Helm `parameters` entry overrides it; the operator edits "

@@ -231,6 +231,7 @@ def _observation(ctx: Context, state: BindingState, target: targets.ScopeTarget,
     ours = sr.ours(state, read, mem)
     return sc.ScopeObservation(
         target=target.describe(), values=read.list.values, scope_type=read.list.scope_type, error=read.list.error,
+        error_reason=read.list.reason,
         sandbox=frozenset(sandbox), always=tuple(spec.scope.always_include),
         preexisting=ours.preexisting, added=ours.added, observe=spec.mode == "Observe",
         others=sr.others(ctx, state, read), own_namespace=state.discovery.namespace if state.discovery else None,

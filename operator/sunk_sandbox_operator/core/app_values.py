@@ -18,6 +18,10 @@ Hence the rules (`locate`):
   `chart`. A merge patch cannot patch one list element, so the patch replaces `spec.sources` whole;
   the caller sends it with the read's resourceVersion as precondition, so a concurrent edit of any
   source is a Conflict, never lost.
+
+The `values` string is tenant-written YAML: it is parsed through `untrusted` (scope_doc.parse), and a
+refused one is a Problem with DocumentRefused. A valuesObject is JSON the API server already decoded:
+no aliases, and no larger than the object.
 """
 
 from __future__ import annotations
@@ -194,8 +198,8 @@ def _merged(target: Any, patch: Any) -> Any:
 def spec_patch(loc: Location, path: str, values: list[str], spec: Mapping[str, Any]) -> tuple[dict, Any]:
     """The JSON merge patch of `spec` writing the list where `loc` says, and (field "values") the new
     document's parse (the text was checked to parse to it), else None. Problem when it cannot be written."""
-    if loc.list.error:  # never write over what could not be read (malformed YAML, a non-list value)
-        raise Problem(ScopeSynced.INVALID_CONFIG, loc.list.error)
+    if loc.list.error:  # never write over what could not be read (malformed or refused YAML, a non-list value)
+        raise Problem(loc.list.reason, loc.list.error)
     new_data = None
     try:
         if loc.field == "values":
@@ -203,8 +207,8 @@ def spec_patch(loc: Location, path: str, values: list[str], spec: Mapping[str, A
             change: dict = {"values": text}
         else:
             change = {"valuesObject": scope_doc.set_path_patch(path, values, loc.list.style)}
-    except ValueError as exc:
-        raise Problem(ScopeSynced.INVALID_CONFIG, f"{loc.describe(path)}: {exc}") from None
+    except ValueError as exc:  # or untrusted.Refused: e.g. the list would take the document past a bound
+        raise Problem(scope_doc.error_reason(exc), f"{loc.describe(path)}: {exc}") from None
     if loc.source.index is None:
         return {"source": {"helm": change}}, new_data
     sources = copy.deepcopy(list(spec["sources"]))

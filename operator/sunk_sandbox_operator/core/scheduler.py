@@ -125,7 +125,7 @@ def discover(
         key = spec.scope.target.config_map.key if spec.scope.target.kind == "SchedulerConfigMap" else SCHEDULER_CONF_KEY
         conf = parse_scheduler_conf(_data(cm).get(key))
         if conf.error:
-            d.errors.append(f"ConfigMap {d.configmap_name} key {key}: {conf.error}")
+            d.errors.append(f"ConfigMap {d.namespace}/{d.configmap_name} key {key}: {conf.error}")
         d.scope_type = conf.scope_type
 
     # SUNK 7: container args of the most relevant pod

@@ -208,6 +208,7 @@ class ScopeObservation:
     others: frozenset[str] = frozenset()  # entries other live bindings on this target added (ledger)
     own_namespace: str | None = None      # a blank list means this namespace (the scheduler's own)
     target_ref: Mapping[str, Any] | None = None  # which list this is (status.scope.target)
+    error_reason: str = R.INVALID_CONFIG  # what reports `error` (DocumentRefused: refused as untrusted input)
 
 
 @dataclass(frozen=True)
@@ -221,13 +222,15 @@ class ListDecision:
     diff: ScopeDiff = field(default_factory=lambda: ScopeDiff([], []))
     cluster: bool = False
     error: str | None = None
+    error_reason: str = R.INVALID_CONFIG
     reverted: list[str] = field(default_factory=list)  # ours, still wanted, removed by another writer
     claims_changed: bool = False  # the list stays, but what we claim in the ledger changed (shared targets)
 
 
 def decide_list(obs: ScopeObservation) -> ListDecision:
     if obs.error:
-        return ListDecision(error=f"{obs.target}: {obs.error}; it was left untouched: fix it by hand")
+        return ListDecision(error=f"{obs.target}: {obs.error}; it was left untouched: fix it by hand",
+                            error_reason=obs.error_reason)
     if obs.scope_type == "cluster":
         return ListDecision(cluster=True, preexisting=list(obs.preexisting) if obs.preexisting is not None else None,
                             added=list(obs.added))
@@ -308,7 +311,7 @@ def report(obs: ScopeObservation, d: ListDecision, *, prev: dict | None, now: st
            rolls: Mapping[str, str] | None = None) -> ScopeReport:
     """ScopeSynced after a sync: a problem (reason, message), Pending, ClusterScope or Synced."""
     if d.error:
-        return ScopeReport("False", R.INVALID_CONFIG, d.error, section(prev, d, now=now, error=True))
+        return ScopeReport("False", d.error_reason, d.error, section(prev, d, now=now, error=True))
     if d.cluster:
         return ScopeReport("True", R.CLUSTER_SCOPE,
                            f"the scheduler watches all namespaces (scope type cluster in {obs.target}); nothing to "

@@ -3,13 +3,15 @@
 `read_list` finds the list at a dotted path (a YAML list or a comma-separated string, the two
 forms SUNK's values use); `write_list` puts a new list there, keeping its form.
 
+The document is tenant-written: every parse goes through `untrusted` (no aliases, bounded size,
+nodes and depth). A refused document reads as an error with the reason DocumentRefused, a
+malformed one as InvalidConfig; neither is ever rewritten (`write_list` raises).
+
 YAML edits are *text splices* (`yaml_splice`): only the span of the edited value is replaced;
 comments, key order, quoting and layout of everything else survive byte for byte. Every splice
-is checked by re-parsing: if the result
-is not exactly "the input with only that path replaced" (anchors/aliases, merge keys, odd
-layouts), the document is re-emitted with `yaml.safe_dump(sort_keys=False)` instead, which
-keeps key order and values but drops comments. Malformed input is never rewritten:
-`write_list` raises.
+is checked by re-parsing: if the result is not exactly "the input with only that path replaced"
+(merge keys, odd layouts), the document is re-emitted with `yaml.safe_dump(sort_keys=False)`
+instead, which keeps key order and values but drops comments.
 
 A burst of writes edits the text the previous write produced. When that write spliced a list
 of plain names (block or flow), `edit` hands back the list's span; given that span, the next edit of that
@@ -25,7 +27,8 @@ from typing import Any, Literal, Mapping
 
 import yaml
 
-from . import yaml_splice
+from ..api.reasons import ScopeSynced
+from . import untrusted, yaml_splice
 from .yaml_splice import Span
 
 ListStyle = Literal["list", "string", "missing"]
@@ -39,13 +42,15 @@ _load = yaml_splice.load
 class ListRead:
     """The watched-namespace list as found at a path.
 
-    values is None exactly when error is set. style says how to write it back.
+    values is None exactly when error is set. style says how to write it back; reason is the
+    ScopeSynced reason that reports the error.
     """
 
     values: list[str] | None
     style: ListStyle
     scope_type: str | None = None
     error: str | None = None
+    reason: ScopeSynced = ScopeSynced.INVALID_CONFIG
 
 
 def _kind(value: Any) -> str:
@@ -100,9 +105,22 @@ def _read_data(data: Any, path: str, what: str) -> ListRead:
                     f"{what}: {path} is {_kind(value)}, expected a list of namespace names or a comma-separated string")
 
 
+class Refusal(str):
+    """The error of a document refused as untrusted input (`untrusted.Refused`), not malformed: it
+    travels where parse errors do (the targets' parse memo) and reads as DocumentRefused."""
+
+
+def error_reason(error: str | Exception | None) -> ScopeSynced:
+    """The ScopeSynced reason of a parse error, or of the exception an edit raised."""
+    refused = isinstance(error, (Refusal, untrusted.Refused))
+    return ScopeSynced.DOCUMENT_REFUSED if refused else ScopeSynced.INVALID_CONFIG
+
+
 def _parse(doc_text: str) -> tuple[Any, str | None]:
     try:
         return _load(doc_text), None
+    except untrusted.Refused as exc:
+        return None, Refusal(exc)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -124,7 +142,7 @@ def parse(doc_text: str) -> tuple[Any, str | None]:
 def read_parsed(data: Any, error: str | None, path: str) -> ListRead:
     """read_list over a document already parsed with `parse`."""
     if error:
-        return ListRead(None, "missing", None, error)
+        return ListRead(None, "missing", None, error, error_reason(error))
     return _read_data(data, path, "the YAML document")
 
 
@@ -152,7 +170,8 @@ def set_path_patch(path: str, values: list[str], style: ListStyle) -> dict:
 
 
 def _unshare(data: Any) -> Any:
-    # Aliased YAML nodes load as one shared object; editing a copy must not edit both places.
+    # Aliased YAML nodes would load as one shared object (refused: untrusted), and data handed in by a
+    # caller may share too: editing a copy must not edit both places.
     if isinstance(data, dict):
         return {k: _unshare(v) for k, v in data.items()}
     if isinstance(data, list):
@@ -188,8 +207,9 @@ def write_list(doc_text: str, path: str, values: list[str], style: ListStyle) ->
     "list" and "missing" write a YAML list, "string" a comma-separated string. Writing an
     empty list where the value is already missing/null/blank returns the text unchanged
     (it already reads as empty), which keeps writes idempotent. Raises ValueError when
-    read_list reports an error (malformed YAML is never overwritten) or when no rewrite
-    re-parses as "the input with only this path replaced".
+    read_list reports an error (malformed YAML is never overwritten; a document refused as
+    untrusted input raises untrusted.Refused) or when no rewrite re-parses as "the input with only
+    this path replaced".
     """
     return edit_list(doc_text, path, values, style)[0]
 
@@ -233,9 +253,9 @@ def edit(doc_text: str, path: str, values: list[str], style: ListStyle, data: An
         data, err = _parse(doc_text)
     else:
         err = None
-    found = ListRead(None, "missing", None, err) if err else _read_data(data, path, "the YAML document")
+    found = read_parsed(data, err, path)
     if found.error:
-        raise ValueError(found.error)
+        raise (untrusted.Refused if found.reason == ScopeSynced.DOCUMENT_REFUSED else ValueError)(found.error)
     assert parts is not None  # _read_data validated it
     if found.style == "missing" and not values:
         return Edit(doc_text, data)
