@@ -165,6 +165,23 @@ async def test_missing_credentials_are_reported_before_any_request(harness, secr
     assert h.kube.count("read_secret_key") == 1
 
 
+@pytest.mark.parametrize("value", ["", "  \n"])
+async def test_an_empty_token_is_credentials_missing_and_nothing_is_sent(harness, value) -> None:
+    h = harness()
+    state = h.binding(binding_body(partition="a"))
+    h.kube.add("secrets", {"metadata": {"namespace": "slurm", "name": "s"},
+                           "data": {"token": base64.b64encode(value.encode()).decode()}})
+    try:
+        part = await policy.sync(h.ctx, state, "slurm-scheduler")  # the real client
+    finally:
+        await policy.close(state)
+    assert (part.status, part.reason) == ("False", "CredentialsMissing"), part
+    assert part.message == "key 'token' of Secret slurm/s is empty: put the API token there"
+    # Every HTTP attempt is counted (ok or error): none was made.
+    assert not [s for m in h.ctx.metrics.runner_api_calls.collect() for s in m.samples if s.value], \
+        "a runner API request was attempted"
+
+
 async def test_one_client_per_credentials_the_old_one_closed(harness) -> None:
     h, state, fake, body = setup(harness, {})
     assert policy.client(h.ctx, state) is fake                 # same credentials: the same client

@@ -59,7 +59,7 @@ async def read_token(ctx: Context, state: BindingState) -> str:
     """The API token, from the admitted spec's Secret (never logged): CredentialsMissing with the fix."""
     ref = state.spec.runner.token_secret_ref
     try:
-        return await ctx.kube.read_secret_key(state.namespace, ref.name, ref.key)
+        value = await ctx.kube.read_secret_key(state.namespace, ref.name, ref.key)
     except k.NotFound:
         raise CredentialsMissing(f"Secret {state.namespace}/{ref.name} not found: create it with the API token "
                                  f"under key {ref.key!r}") from None
@@ -70,6 +70,10 @@ async def read_token(ctx: Context, state: BindingState) -> str:
         raise CredentialsMissing(f"the operator may not read Secret {state.namespace}/{ref.name}: grant it "
                                  "`get` on secrets in this namespace (a RoleBinding to the ClusterRole "
                                  "sunk-sandbox-operator-secret-reader)") from None
+    if not value.strip():  # said as such, not as a token the API refused (and nothing is sent)
+        raise CredentialsMissing(f"key {ref.key!r} of Secret {state.namespace}/{ref.name} is empty: put the API "
+                                 "token there")
+    return value
 
 
 def client(ctx: Context, state: BindingState) -> rc.RunnerClient:
