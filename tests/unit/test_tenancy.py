@@ -3,6 +3,12 @@ before it reads a Secret or calls an API."""
 
 from __future__ import annotations
 
+import httpx
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sunk_sandbox_operator.adapters.runnerapi import client as rc
 from sunk_sandbox_operator.api.spec import parse_spec
 from sunk_sandbox_operator.controller import reconcile
 from sunk_sandbox_operator.core import tenancy as t
@@ -36,6 +42,71 @@ def test_only_allowed_api_urls() -> None:
     msg = t.violations(spec(runner={"id": "r", "apiURL": "https://evil.io", "tokenSecretRef": {"name": "s"}}),
                        "tenant-slurm", POLICY)[0].text()
     assert msg.startswith("spec.runner.apiURL: https://evil.io is not an API URL the operator allows")
+
+
+GATEWAY = t.TenancyPolicy(allowed_api_urls=("https://gw.example.com/runner",))
+ESCAPES = [
+    "https://gw.example.com/runner/../admin",         # httpx sends /admin/...
+    "https://gw.example.com/runner/x/../../admin",
+    "https://gw.example.com/runner/..",
+    "https://gw.example.com/runner/%2e%2e/admin",     # a server may decode, then resolve
+    "https://gw.example.com/runner/.%2E/admin",
+    "https://gw.example.com/runner%2f..%2fadmin",
+    "https://gw.example.com/runner/..%5cadmin",
+    "https://gw.example.com/runner\\..\\admin",
+    "https://gw.example.com/runner/..;/admin",        # Tomcat's path parameter
+    "https://gw.example.com/runner/%252e%252e/admin",  # decoded twice
+    "https://gw.example.com@evil.example.com/runner",  # userinfo: the request goes to evil.example.com
+    "https://user:pw@gw.example.com/runner",
+    "https://gw.example.com/runner?next=/admin",
+    "https://gw.example.com/runner#x",
+]
+
+
+@pytest.mark.parametrize("url", ESCAPES)
+def test_an_api_url_is_compared_as_it_will_be_sent(url) -> None:
+    assert not t.url_allowed(url, GATEWAY)
+    [v] = t.violations(spec(runner={"id": "r", "apiURL": url, "tokenSecretRef": {"name": "s"}}), "tenant-slurm",
+                       GATEWAY)
+    assert v.field == "spec.runner.apiURL" and "not an API URL the operator allows" in v.message, v
+
+
+def test_dot_segments_that_stay_below_the_allowed_path_pass() -> None:
+    for url in ("https://gw.example.com/runner", "https://gw.example.com/runner/", "https://gw.example.com/runner/v1",
+                "https://GW.example.com:443/runner/./v1", "https://gw.example.com/runner/x/../v1"):
+        assert t.url_allowed(url, GATEWAY), url
+    msg = t.violations(spec(runner={"id": "r", "apiURL": ESCAPES[0], "tokenSecretRef": {"name": "s"}}),
+                       "tenant-slurm", GATEWAY)[0].message
+    assert "it resolves to https://gw.example.com/admin" in msg, msg
+    assert t.check_allowed_urls(["https://gw.example.com/runner?x=1"])  # the admin's own entries too
+
+
+async def _path_sent(base: str) -> str:
+    """The request path httpx really sends for the runner client built on `base` (no network)."""
+    seen: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.url.raw_path.decode())
+        return httpx.Response(200, json={"runner": {"runnerId": "r", "policy": None, "etag": "e"}})
+
+    async with rc.RunnerClient(base, "t", transport=httpx.MockTransport(handler), limiter=rc.RateLimiter(1e6, 1e6),
+                               max_retries=0) as client:
+        await client.get_managed_runner("r")
+    return seen[0]
+
+
+SEGMENT = st.sampled_from(["runner", "admin", "x", ".", "..", "", "a.b", "...", ".x", "x.", "%2e%2e", "..;"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(SEGMENT, max_size=6), st.booleans())
+async def test_the_check_resolves_paths_as_httpx_sends_them(segments, trailing) -> None:
+    base = "https://gw.example.com/" + "/".join(segments) + ("/" if trailing else "")
+    sent = await _path_sent(base)
+    path = t._base(base)[3]
+    assert sent == f"{path}/{rc.SERVICE}/GetManagedRunner", (base, sent, path)
+    # And the verdict follows the path sent: below /runner, or not.
+    assert t.url_allowed(base, GATEWAY) == (sent.startswith("/runner/") and not t.url_problem(base))
 
 
 def test_a_binding_reaches_only_its_own_namespace_unless_allowed() -> None:

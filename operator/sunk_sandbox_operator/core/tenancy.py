@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import fnmatch
 import ipaddress
+import re
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 from urllib.parse import urlsplit
@@ -65,19 +66,86 @@ def _loopback(host: str) -> bool:
         return False
 
 
+# An API URL's host part: a DNS name or an IP literal, an optional port; nothing else (no userinfo:
+# `https://api.coreweave.com@evil.io` is a request to evil.io; no backslash, which some parsers read as /).
+_NETLOC = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(:[0-9]*)?$")
+# An API URL's path: unreserved characters and `/` only. Percent-encoded dots, slashes, backslashes
+# (or a `%25` that becomes one on a second decoding), backslashes and `;` (Tomcat's `..;/`) are
+# what a server may resolve into a path the check never saw.
+_PATH = re.compile(r"^[A-Za-z0-9._~/-]*$")
+
+
+def remove_dot_segments(path: str) -> str:
+    """RFC 3986 section 5.2.4, as httpx resolves a request path before sending it (a unit test pins
+    that): `/runner/../admin` is `/admin`."""
+    out: list[str] = []
+    while path:
+        if path.startswith("../"):
+            path = path[3:]
+        elif path.startswith("./"):
+            path = path[2:]
+        elif path.startswith("/./"):
+            path = path[2:]
+        elif path == "/.":
+            path = "/"
+        elif path.startswith("/../"):
+            path = path[3:]
+            if out:
+                out.pop()
+        elif path == "/..":
+            path = "/"
+            if out:
+                out.pop()
+        elif path in (".", ".."):
+            path = ""
+        else:
+            cut = path.find("/", 1)
+            cut = len(path) if cut < 0 else cut
+            out.append(path[:cut])
+            path = path[cut:]
+    return "".join(out)
+
+
+def url_problem(url: str) -> str | None:
+    """Why `url` is no API URL at all, whatever the allow-list says (None: it is one)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:
+        return f"not a URL ({exc})"
+    if parts.scheme not in ("https", "http") or not parts.netloc:
+        return "not an http(s) URL"
+    if "?" in url or "#" in url:
+        return "a query or a fragment has no place in an API base URL"
+    if not _NETLOC.match(parts.netloc):
+        return "the host part may hold only a host name or IP address and a port (no user@, no backslash)"
+    if not _PATH.match(parts.path):
+        return ("the path may hold only letters, digits, '-', '.', '_', '~' and '/' (no percent-encoding, "
+                "backslash or ';')")
+    return None
+
+
 def _base(url: str) -> tuple[str, str, int | None, str]:
+    """(scheme, host, port or None for the default, path) as the HTTP client will send them: host in
+    lower case; the path is what precedes `/<service>/<method>` in the request line (the runner
+    client strips the base's trailing slashes, appends, and httpx resolves dot segments).
+    ValueError for a bad port."""
     parts = urlsplit(url)
     port = parts.port
     default = {"https": 443, "http": 80}.get(parts.scheme)
-    return (parts.scheme, (parts.hostname or "").lower(), None if port == default else port, parts.path.rstrip("/"))
+    path = remove_dot_segments(parts.path.rstrip("/") + "/")[:-1]
+    return (parts.scheme, (parts.hostname or "").lower(), None if port == default else port, path)
 
 
 def check_allowed_urls(urls: Iterable[str]) -> list[str]:
     """Errors in the operator's own setting: plain http is allowed only for a loopback URL."""
     errors = []
     for url in urls:
+        problem = url_problem(url)
+        if problem:
+            errors.append(f"{url!r}: {problem}")
+            continue
         scheme, host, _, _ = _base(url)
-        if scheme not in ("https", "http") or not host:
+        if not host:
             errors.append(f"{url!r} is not an http(s) URL")
         elif scheme == "http" and not _loopback(host):
             errors.append(f"{url!r}: plain http is allowed only for a loopback address (127.0.0.1, ::1, localhost)")
@@ -85,7 +153,8 @@ def check_allowed_urls(urls: Iterable[str]) -> list[str]:
 
 
 def url_allowed(url: str, policy: TenancyPolicy) -> bool:
-    """The URL is one of the allowed bases, or below one (same scheme, host, port; path prefix).
+    """The URL is one of the allowed bases, or below one (same scheme, host, port; path prefix),
+    compared as the HTTP client will send it (`_base`: `/runner/../admin` is not below `/runner`).
     An allowed base may end in `:*` (any port: a loopback emulator on a random port in tests)."""
     try:
         if check_allowed_urls([url]):
@@ -107,6 +176,23 @@ def url_allowed(url: str, policy: TenancyPolicy) -> bool:
     return False
 
 
+def _url_violation(url: str, policy: TenancyPolicy) -> Violation | None:
+    if url_allowed(url, policy):
+        return None
+    problem = url_problem(url)
+    if problem is None:
+        try:
+            scheme, host, port, path = _base(url)
+            if path != urlsplit(url).path.rstrip("/"):  # dot segments: say where the request goes
+                problem = f"it resolves to {scheme}://{host}{f':{port}' if port else ''}{path or '/'}"
+        except ValueError:
+            pass
+    why = f": {problem}" if problem else ""
+    return Violation("spec.runner.apiURL", f"{url} is not an API URL the operator allows{why} (allowed: "
+                     f"{', '.join(policy.allowed_api_urls)}); the token is sent only there: use one of them, or ask "
+                     "the operator's admin to allow it (--allowed-api-url / SSB_ALLOWED_API_URLS)")
+
+
 def _selector_empty(selector) -> bool:
     return selector is not None and not selector.match_labels and not selector.match_expressions
 
@@ -114,12 +200,9 @@ def _selector_empty(selector) -> bool:
 def violations(spec: BindingSpec, binding_namespace: str, policy: TenancyPolicy) -> list[Violation]:
     """Everything this binding asks that the operator's settings do not allow (empty: allowed)."""
     out: list[Violation] = []
-    url = spec.runner.api_url
-    if not url_allowed(url, policy):
-        allowed = ", ".join(policy.allowed_api_urls)
-        out.append(Violation("spec.runner.apiURL", f"{url} is not an API URL the operator allows ({allowed}); the "
-                             "token is sent only there: use one of them, or ask the operator's admin to allow it "
-                             "(--allowed-api-url / SSB_ALLOWED_API_URLS)"))
+    bad_url = _url_violation(spec.runner.api_url, policy)
+    if bad_url is not None:
+        out.append(bad_url)
 
     def reach(field_name: str, namespace: str, what: str) -> None:
         if namespace and not policy.may_reach(binding_namespace, namespace):
