@@ -42,6 +42,14 @@ def _run(argv: list[str]) -> int:
     parser.add_argument("--allow-reach", action="append", default=None, metavar="NS=TARGETS",
                         help="bindings in NS (a glob) may name schedulers, scope targets and system namespaces in "
                         "TARGETS (comma-separated globs), e.g. tenant-slurm=argocd (repeatable)")
+    parser.add_argument("--allow-match-all", action="store_true", default=None,
+                        help="let sandboxNamespaces match (nearly) every namespace: names: [\"*\"] (any glob without "
+                        "a literal character), selector {} or only NotIn / DoesNotExist (default: refused; "
+                        "SSB_ALLOW_MATCH_ALL)")
+    parser.add_argument("--sandbox-namespace-selector", default=None, metavar="SELECTOR",
+                        help="no binding ever matches a namespace outside this label selector (kubectl -l grammar, "
+                        "e.g. the label the runner puts on its namespaces), except the binding's own namespace "
+                        "(default: no bound; SSB_SANDBOX_NAMESPACE_SELECTOR)")
     parser.add_argument("--webhook-port", type=int, default=None,
                         help="serve the admission webhook (HTTPS, POST /validate) on this port, in every replica "
                         "(default 0: off; SSB_WEBHOOK_PORT)")
@@ -61,6 +69,17 @@ def _run(argv: list[str]) -> int:
                              if u.strip())
     if bad:
         parser.error("--allowed-api-url / SSB_ALLOWED_API_URLS: " + "; ".join(bad))
+    if args.allow_match_all:
+        os.environ["SSB_ALLOW_MATCH_ALL"] = "true"
+    for flag, name in (("sandbox_namespace_selector", "SSB_SANDBOX_NAMESPACE_SELECTOR"),):
+        if getattr(args, flag) is not None:
+            os.environ[name] = getattr(args, flag)
+    from .controller import config
+
+    try:
+        config.load().tenancy()
+    except ValueError as exc:  # a setting that does not parse: say which, do not start
+        parser.error(str(exc))
     os.environ["SSB_METRICS_PORT"] = str(args.metrics_port)
     for flag, name in (("webhook_port", "SSB_WEBHOOK_PORT"), ("webhook_address", "SSB_WEBHOOK_ADDRESS"),
                        ("webhook_cert_dir", "SSB_WEBHOOK_CERT_DIR")):

@@ -59,6 +59,24 @@ def test_a_disallowed_api_url_is_denied_naming_the_field_and_the_fix() -> None:
                       "status": {"code": 403, "reason": "Forbidden", "message": d.message}}
 
 
+@pytest.mark.parametrize("spec, field", [
+    ({"sandboxNamespaces": {"names": ["*"]}}, "spec.sandboxNamespaces.names[0]"),
+    ({"sandboxNamespaces": {"names": ["?*"]}}, "spec.sandboxNamespaces.names[0]"),
+    ({"sandboxNamespaces": {"selector": {"matchExpressions": [{"key": "x", "operator": "DoesNotExist"}]}}},
+     "spec.sandboxNamespaces.selector"),
+    ({"sandboxNamespaces": {"selector": {"matchExpressions": [{"key": "x", "operator": "NotIn", "values": ["y"]}]}}},
+     "spec.sandboxNamespaces.selector"),
+    ({"runner": {"id": "r", "apiURL": "https://gw.example.com/runner/../admin", "tokenSecretRef": {"name": "s"}}},
+     "spec.runner.apiURL"),
+])
+def test_the_webhook_denies_match_everything_selectors_and_path_escapes(spec, field) -> None:
+    policy = t.TenancyPolicy(allowed_api_urls=("https://api.coreweave.com", "https://gw.example.com/runner"))
+    d = decide(review(obj=with_spec(binding_body(), **spec)), policy=policy)
+    assert not d.allowed and f"{field}: " in d.message, d.message
+    refused = t.violations(parse_spec(with_spec(binding_body(), **spec)["spec"]), NS, policy)  # the controller's
+    assert d.message == "not allowed by the operator's settings: " + "; ".join(v.text() for v in refused)
+
+
 def test_every_violation_is_in_one_message() -> None:
     body = with_spec(binding_body(), scheduler={"namespace": "kube-system"},
                      sandboxNamespaces={"selector": {}}, scope={"alwaysInclude": ["kube-system"]})

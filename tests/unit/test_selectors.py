@@ -174,3 +174,22 @@ def test_rendered_string_means_the_same(sel: dict, labels: dict) -> None:
                    (e["operator"] == "NotIn" and "" in e.get("values", [])) for e in sel["matchExpressions"])
         return
     assert _eval_rendered(text, labels) == _reference(sel, labels)
+
+
+def test_the_label_selector_string_grammar_is_parsed_as_apimachinery_does() -> None:
+    from sunk_sandbox_operator.core.selectors import Requirement, parse_selector, parse_selector_string
+
+    got = parse_selector_string("a=b, c==d,e!=f, g in (x, y), h notin (z),i,!j")
+    assert got.error is None and got.requirements == (
+        Requirement("a", "In", ("b",)), Requirement("c", "In", ("d",)), Requirement("e", "NotIn", ("f",)),
+        Requirement("g", "In", ("x", "y")), Requirement("h", "NotIn", ("z",)), Requirement("i", "Exists", ()),
+        Requirement("j", "DoesNotExist", ()))
+    assert parse_selector_string("sunk.coreweave.com/sandbox=true").requirements == (
+        Requirement("sunk.coreweave.com/sandbox", "In", ("true",)),)
+    assert parse_selector_string("").requirements == () and parse_selector_string("").error is None
+    for bad in ("a>1", "a=b=c", "a in ()", "a,,b", "a in (x", "(a)"):
+        assert parse_selector_string(bad).error, bad
+    # The string rendering reads back as the same selector.
+    sel = {"matchLabels": {"a": "b"}, "matchExpressions": [{"key": "c", "operator": "NotIn", "values": ["x", "y"]},
+                                                           {"key": "d", "operator": "DoesNotExist"}]}
+    assert parse_selector_string(to_label_selector_string(sel)) == parse_selector(sel)

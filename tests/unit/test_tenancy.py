@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from sunk_sandbox_operator.adapters.runnerapi import client as rc
 from sunk_sandbox_operator.api.spec import parse_spec
 from sunk_sandbox_operator.controller import reconcile
+from sunk_sandbox_operator.core import selectors as sel
 from sunk_sandbox_operator.core import tenancy as t
 from sunk_sandbox_operator.core.scope import compile_matcher
 
@@ -159,3 +160,90 @@ async def test_a_refused_binding_gets_a_condition_and_nothing_is_read_or_written
     await reconcile.reconcile(h.ctx, state)
     assert len(h.events) == posted  # said once, not at every resync
     assert h.kube.count("list_rolebindings") == 0  # revoked once, not listed at every resync
+
+
+# ---------------------------------------------------------------- match-everything selectors
+
+
+@pytest.mark.parametrize("names, index", [(["*"], 0), (["?*"], 0), (["[a-z]*"], 0), (["**"], 0), (["ds-*", "?"], 1),
+                                          (["[0-9]?"], 0), (["[]]*"], 0)])
+def test_a_glob_without_a_literal_character_is_refused_like_an_empty_selector(names, index) -> None:
+    [v] = t.violations(spec(sandboxNamespaces={"names": names}), "tenant-slurm", POLICY)
+    assert v.field == f"spec.sandboxNamespaces.names[{index}]"
+    assert "has no literal character" in v.message and "SSB_ALLOW_MATCH_ALL" in v.message and "ds-*" in v.message
+
+
+@pytest.mark.parametrize("selector", [
+    {},
+    {"matchExpressions": [{"key": "nobody-has-this", "operator": "DoesNotExist"}]},
+    {"matchExpressions": [{"key": "team", "operator": "NotIn", "values": ["victim"]}]},
+    {"matchExpressions": [{"key": "a", "operator": "DoesNotExist"}, {"key": "b", "operator": "NotIn", "values": ["x"]}]},
+])
+def test_a_selector_that_an_unlabelled_namespace_satisfies_is_refused(selector) -> None:
+    [v] = t.violations(spec(sandboxNamespaces={"selector": selector}), "tenant-slurm", POLICY)
+    assert v.field == "spec.sandboxNamespaces.selector" and "SSB_ALLOW_MATCH_ALL" in v.message, v
+    # The same rule for the scheduler's pods (their ServiceAccounts are granted, their Deployments rolled).
+    [p] = t.violations(spec(scheduler={"podSelector": selector}), "tenant-slurm", POLICY)
+    assert p.field == "spec.scheduler.podSelector"
+
+
+def test_what_names_or_requires_a_label_stays_allowed() -> None:
+    for sn in ({"names": ["ds-*", "*-sandbox", "a?", "[ab]-x*", "exact"]},
+               {"selector": {"matchLabels": {"a": "b"}}},
+               {"selector": {"matchExpressions": [{"key": "a", "operator": "Exists"},
+                                                  {"key": "b", "operator": "DoesNotExist"}]}},
+               {"selector": {"matchExpressions": [{"key": "a", "operator": "In", "values": ["x"]}]}}):
+        assert fields(spec(sandboxNamespaces=sn)) == [], sn
+
+
+def test_the_admin_may_allow_match_everything_selectors() -> None:
+    allow = t.TenancyPolicy(allow_match_all=True)
+    for sn in ({"names": ["*"]}, {"selector": {}},
+               {"selector": {"matchExpressions": [{"key": "x", "operator": "DoesNotExist"}]}}):
+        assert fields(spec(sandboxNamespaces=sn), policy=allow) == [], sn
+    # Not the scheduler's pods: that selector is never the admin's to widen.
+    assert fields(spec(scheduler={"podSelector": {}}), policy=allow) == ["spec.scheduler.podSelector"]
+
+
+# ---------------------------------------------------------------- the operator's namespace bound
+
+
+BOUND = sel.parse_selector_string("sunk.coreweave.com/sandbox=true")
+
+
+def test_no_binding_matches_a_namespace_outside_the_operators_bound() -> None:
+    sn = spec(sandboxNamespaces={"names": ["ds-*", "ds-exact", "tenant-slurm"],
+                                 "selector": {"matchLabels": {"team": "a"}}}).sandbox_namespaces
+    m = compile_matcher(sn, POLICY.system, bound=BOUND, own="tenant-slurm")
+    inside = {"sunk.coreweave.com/sandbox": "true"}
+    assert m("ds-1", inside) and not m("ds-1", {})                         # a glob
+    assert m("x", {**inside, "team": "a"}) and not m("x", {"team": "a"})   # a selector
+    assert m("ds-exact", inside) and not m("ds-exact", {})                 # an exact name, too
+    assert m("tenant-slurm", {})                                           # but the binding's own namespace
+    assert not m("kube-system", inside)                                    # system ones stay out
+    unbounded = compile_matcher(sn, POLICY.system, own="tenant-slurm")
+    assert unbounded("ds-1", {}) and unbounded("ds-exact", {})
+
+
+def test_the_bound_is_a_setting(monkeypatch) -> None:
+    from sunk_sandbox_operator.controller import config
+
+    monkeypatch.setenv("SSB_SANDBOX_NAMESPACE_SELECTOR", "sunk.coreweave.com/sandbox=true,tier notin (prod)")
+    monkeypatch.setenv("SSB_ALLOW_MATCH_ALL", "true")
+    policy = config.load().tenancy()
+    assert policy.allow_match_all and policy.namespace_bound == sel.ParsedSelector((
+        sel.Requirement("sunk.coreweave.com/sandbox", "In", ("true",)), sel.Requirement("tier", "NotIn", ("prod",))))
+    monkeypatch.setenv("SSB_SANDBOX_NAMESPACE_SELECTOR", "a>1")
+    with pytest.raises(ValueError, match="--sandbox-namespace-selector / SSB_SANDBOX_NAMESPACE_SELECTOR"):
+        config.load().tenancy()
+    monkeypatch.delenv("SSB_SANDBOX_NAMESPACE_SELECTOR")
+    monkeypatch.delenv("SSB_ALLOW_MATCH_ALL")
+    assert config.load().tenancy() == t.TenancyPolicy()
+
+
+async def test_the_controller_bounds_every_bindings_matcher(harness) -> None:
+    h = harness(sandbox_namespace_selector="sunk.coreweave.com/sandbox=true")
+    state = h.binding(binding_body(sandboxNamespaces={"names": ["ds-*"]}))
+    assert state.matcher("ds-a", {"sunk.coreweave.com/sandbox": "true"}) and not state.matcher("ds-b", {})
+    h.ctx.reset_bindings()  # a new leader term keeps the bound
+    assert h.ctx.bindings.bound == BOUND

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from ..core import selectors
 from ..core.tenancy import DEFAULT_API_URLS, DEFAULT_GRANT_ROLES, TenancyPolicy, parse_reach
 
 
@@ -56,6 +57,11 @@ class Config:
     allowed_api_urls: tuple[str, ...] = DEFAULT_API_URLS
     allowed_reach: dict[str, tuple[str, ...]] = field(default_factory=dict)
     allowed_grant_roles: tuple[str, ...] = DEFAULT_GRANT_ROLES
+    # sandboxNamespaces that match (nearly) everything (`*`, `{}`, only NotIn / DoesNotExist) are
+    # refused unless this is set; and no binding ever matches a namespace outside this label
+    # selector (the `labelSelector=` grammar; empty: no bound), except its own namespace.
+    allow_match_all: bool = False
+    sandbox_namespace_selector: str = ""
     # The admission webhook (HTTPS, POST /validate; every replica, leader or standby): 0 = off.
     # The directory holds tls.crt and tls.key (a cert-manager Certificate's Secret, mounted).
     webhook_port: int = 0
@@ -63,8 +69,17 @@ class Config:
     webhook_cert_dir: str = ""
 
     def tenancy(self) -> TenancyPolicy:
+        """What bindings may ask. ValueError when --sandbox-namespace-selector does not parse."""
+        bound = selectors.parse_selector_string(self.sandbox_namespace_selector) \
+            if self.sandbox_namespace_selector.strip() else None
+        if bound is not None and bound.error:
+            raise ValueError(f"--sandbox-namespace-selector / SSB_SANDBOX_NAMESPACE_SELECTOR: {bound.error}")
         return TenancyPolicy(self.allowed_api_urls, self.allowed_reach, self.operator_namespace,
-                             self.allowed_grant_roles)
+                             self.allowed_grant_roles, self.allow_match_all, bound)
+
+
+def _bool(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def load() -> Config:
@@ -94,6 +109,8 @@ def load() -> Config:
         allowed_reach=parse_reach(os.environ.get("SSB_ALLOWED_REACH", "")),
         allowed_grant_roles=tuple(r.strip() for r in os.environ.get("SSB_ALLOWED_GRANT_ROLES", "").split(",")
                                   if r.strip()) or DEFAULT_GRANT_ROLES,
+        allow_match_all=_bool("SSB_ALLOW_MATCH_ALL"),
+        sandbox_namespace_selector=os.environ.get("SSB_SANDBOX_NAMESPACE_SELECTOR", ""),
         webhook_port=int(_float("SSB_WEBHOOK_PORT", 0)),
         webhook_address=os.environ.get("SSB_WEBHOOK_ADDRESS") or "0.0.0.0",
         webhook_cert_dir=os.environ.get("SSB_WEBHOOK_CERT_DIR", ""),

@@ -85,13 +85,14 @@ class Context:
             self.depends = Dependencies(self)
         self.tenancy = self.config.tenancy()
         self.bindings.excluded = self.tenancy.system
+        self.bindings.bound = self.tenancy.namespace_bound
 
     def reset_bindings(self) -> None:
         """Forget every binding (leadership lost): the next leader term starts from the API's state."""
         for state in self.bindings:
             if state.kick_handle is not None:
                 state.kick_handle.cancel()
-        self.bindings = Registry(self.bindings.excluded)
+        self.bindings = Registry(self.bindings.excluded, self.bindings.bound)
         self.depends.refresh()  # no bindings: every dependency watch stops
 
     async def synced(self) -> None:

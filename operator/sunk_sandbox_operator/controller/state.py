@@ -19,6 +19,7 @@ from ..core.compose import Part
 from ..core.placement import PlacementTracker
 from ..core.scheduler import Discovery
 from ..core.scope import Matcher, compile_matcher
+from ..core.selectors import ParsedSelector
 
 if TYPE_CHECKING:
     from ..adapters.runnerapi.client import RunnerClient
@@ -137,6 +138,7 @@ class BindingState:
     kick_handle: asyncio.TimerHandle | None = None       # the pending wake for them (controller/depends.py)
     excluded: Callable[[str], bool] | None = None         # system namespaces: never matched by glob/selector
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one reconcile or finalize at a time
+    bound: ParsedSelector | None = None                   # --sandbox-namespace-selector: never matched outside
     _matcher: tuple[BindingSpec, SandboxNamespaces, Matcher] | None = None
 
     @property
@@ -187,7 +189,8 @@ class BindingState:
         if m is not None and m[0] is spec:  # every namespace and pod event asks: identity first
             return m[2]
         if m is None or m[1] != spec.sandbox_namespaces:
-            m = (spec, spec.sandbox_namespaces, compile_matcher(spec.sandbox_namespaces, self.excluded))
+            m = (spec, spec.sandbox_namespaces, compile_matcher(spec.sandbox_namespaces, self.excluded,
+                                                                bound=self.bound, own=self.namespace))
         self._matcher = (spec, m[1], m[2])
         return m[2]
 
@@ -218,16 +221,17 @@ class BindingState:
 class Registry:
     """All bindings this process knows, by (namespace, name)."""
 
-    def __init__(self, excluded: Callable[[str], bool] | None = None) -> None:
+    def __init__(self, excluded: Callable[[str], bool] | None = None, bound: ParsedSelector | None = None) -> None:
         self._bindings: dict[Key, BindingState] = {}
         self.excluded = excluded  # system namespaces, for every binding's matcher
+        self.bound = bound        # the operator's bound on every binding's matcher
 
     def ensure(self, body: dict) -> BindingState:
         meta = body["metadata"]
         key = (meta["namespace"], meta["name"])
         state = self._bindings.get(key)
         if state is None or state.body.get("metadata", {}).get("uid") != meta.get("uid"):
-            state = BindingState(meta["namespace"], meta["name"], body, excluded=self.excluded)
+            state = BindingState(meta["namespace"], meta["name"], body, excluded=self.excluded, bound=self.bound)
             self._bindings[key] = state
         state.update_body(body)
         return state

@@ -25,21 +25,27 @@ from . import selectors
 class Matcher:
     """`sandboxNamespaces` compiled once: the globs as one regex, the selector parsed. System
     namespaces (`excluded`: kube-*, the operator's own) are matched only by an exact name, never by
-    a glob or a selector (whether that name is allowed is the tenancy check's to say)."""
+    a glob or a selector (whether that name is allowed is the tenancy check's to say). A namespace
+    outside the operator's `bound` (`--sandbox-namespace-selector`) is never matched, not even by
+    its exact name, unless it is the binding's `own` namespace. It runs for every binding on every
+    namespace event: the bound is asked only of a namespace that matched otherwise (few do)."""
 
     globs: re.Pattern | None
     selector: selectors.ParsedSelector | None
     literals: frozenset[str] = frozenset()
     excluded: Callable[[str], bool] | None = None
+    bound: selectors.ParsedSelector | None = None
+    own: str | None = None
 
     def __call__(self, name: str, labels: Mapping[str, str] | None) -> bool:
         if name in self.literals:
-            return True
-        if self.excluded is not None and self.excluded(name):
+            hit = True
+        elif self.excluded is not None and self.excluded(name):
             return False
-        if self.globs is not None and self.globs.match(name):
-            return True
-        return self.selector is not None and selectors.matches(self.selector, labels or {})
+        else:
+            hit = bool(self.globs is not None and self.globs.match(name)) or (
+                self.selector is not None and selectors.matches(self.selector, labels or {}))
+        return hit and (self.bound is None or name == self.own or selectors.matches(self.bound, labels or {}))
 
 
 def is_literal(name: str) -> bool:
@@ -47,11 +53,37 @@ def is_literal(name: str) -> bool:
     return not any(ch in name for ch in "*?[")
 
 
-def compile_matcher(spec: SandboxNamespaces, excluded: Callable[[str], bool] | None = None) -> Matcher:
+def glob_literals(glob: str) -> str:
+    """The characters a name must contain to match `glob`, in fnmatch's grammar: `*`, `?` and a
+    closed `[...]` class are not literal (an unclosed `[` is). `*`, `?*`, `[a-z]*` have none: they
+    match (nearly) every name."""
+    out, i, n = [], 0, len(glob)
+    while i < n:
+        ch = glob[i]
+        i += 1
+        if ch in "*?":
+            continue
+        if ch == "[":
+            j = i
+            if j < n and glob[j] == "!":
+                j += 1
+            if j < n and glob[j] == "]":
+                j += 1
+            while j < n and glob[j] != "]":
+                j += 1
+            if j < n:  # a closed class
+                i = j + 1
+                continue
+        out.append(ch)
+    return "".join(out)
+
+
+def compile_matcher(spec: SandboxNamespaces, excluded: Callable[[str], bool] | None = None, *,
+                    bound: selectors.ParsedSelector | None = None, own: str | None = None) -> Matcher:
     globs = re.compile("|".join(fnmatch.translate(g) for g in spec.names)) if spec.names else None
     literals = frozenset(filter(is_literal, spec.names))
     return Matcher(globs, selectors.parse_selector(spec.selector) if spec.selector is not None else None,
-                   literals, excluded)
+                   literals, excluded, bound, own)
 
 
 def namespace_matches(spec: SandboxNamespaces | Matcher, name: str, labels: Mapping[str, str] | None) -> bool:

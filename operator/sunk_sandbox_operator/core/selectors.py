@@ -68,6 +68,50 @@ def parse_selector(selector: SelectorLike) -> ParsedSelector:
     return _validated(reqs)
 
 
+# The string grammar's tokens: a label key (optional DNS prefix and /) and a label value.
+_K, _V = r"[A-Za-z0-9][A-Za-z0-9_./-]*", r"[A-Za-z0-9_.-]*"
+_SET = re.compile(rf"({_K})\s+(in|notin)\s*\(\s*({_V}(?:\s*,\s*{_V})*)\s*\)")
+_EQUALS = re.compile(rf"({_K})\s*(==|=|!=)\s*({_V})")
+_ABSENT = re.compile(rf"!\s*({_K})")
+_KEY = re.compile(_K)
+
+
+def _split_requirements(text: str) -> list[str]:
+    """Commas outside parentheses separate requirements."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        depth += (ch == "(") - (ch == ")")
+        if ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return parts
+
+
+def parse_selector_string(text: str) -> ParsedSelector:
+    """A selector in the `kubectl -l` / `labelSelector=` grammar (`a=b,c!=d,e in (x,y),f notin (z),g,!h`),
+    as apimachinery's `labels.Parse` reads it; `error` says what is wrong. Empty: matches everything."""
+    if not text.strip():
+        return ParsedSelector(())
+    reqs: list[Requirement] = []
+    for part in _split_requirements(text):
+        part = part.strip()
+        if m := _SET.fullmatch(part):
+            values = tuple(v.strip() for v in m.group(3).split(","))
+            reqs.append(Requirement(m.group(1), "In" if m.group(2) == "in" else "NotIn",
+                                    () if values == ("",) else values))
+        elif m := _EQUALS.fullmatch(part):
+            reqs.append(Requirement(m.group(1), "NotIn" if m.group(2) == "!=" else "In", (m.group(3),)))
+        elif m := _ABSENT.fullmatch(part):
+            reqs.append(Requirement(m.group(1), "DoesNotExist", ()))
+        elif _KEY.fullmatch(part):
+            reqs.append(Requirement(part, "Exists", ()))
+        else:
+            return ParsedSelector((), f"{part!r} is not a requirement (key, !key, key=value, key!=value, "
+                                  "key in (a,b), key notin (a,b))")
+    return _validated(reqs)
+
+
 def _validated(reqs: list[Requirement]) -> ParsedSelector:
     for r in reqs:
         if not r.key:

@@ -19,7 +19,8 @@ from typing import Iterable, Mapping
 from urllib.parse import urlsplit
 
 from ..api.spec import BindingSpec, parse_spec
-from .scope import is_literal
+from . import selectors
+from .scope import glob_literals, is_literal
 
 DEFAULT_API_URLS = ("https://api.coreweave.com",)
 DEFAULT_GRANT_ROLES = ("sunk-scheduler-sandbox",)  # the ClusterRole the operator may bind (manifests/rbac.yaml)
@@ -46,6 +47,12 @@ class TenancyPolicy:
     operator_namespace: str = "sunk-sandbox-operator-system"
     # ClusterRoles spec.scope.grantClusterRole may name (RBAC's `bind` rule enforces it too).
     allowed_grant_roles: tuple[str, ...] = DEFAULT_GRANT_ROLES
+    # Whether sandboxNamespaces may match (nearly) everything: `{}`, a selector a namespace without
+    # labels satisfies, a glob without a literal character (`*`). Off: refused like `{}` always was.
+    allow_match_all: bool = False
+    # Namespaces outside this selector are never matched by any binding (`--sandbox-namespace-selector`;
+    # the ClusterSecretStore `namespaceSelector` model), except each binding's own. None: no bound.
+    namespace_bound: selectors.ParsedSelector | None = None
 
     def system(self, namespace: str) -> bool:
         return namespace == self.operator_namespace or any(fnmatch.fnmatchcase(namespace, g) for g in SYSTEM_GLOBS)
@@ -197,6 +204,15 @@ def _selector_empty(selector) -> bool:
     return selector is not None and not selector.match_labels and not selector.match_expressions
 
 
+def _matches_unlabelled(selector) -> bool:
+    """A namespace (or pod) without labels satisfies it: no matchLabels, only NotIn / DoesNotExist
+    (or nothing at all). It selects what `{}` selects, less the few that carry those labels."""
+    return selector is not None and selectors.matches(selector, {})
+
+
+_MATCH_ALL_FIX = "or ask the operator's admin to allow it (SSB_ALLOW_MATCH_ALL=true)"
+
+
 def violations(spec: BindingSpec, binding_namespace: str, policy: TenancyPolicy) -> list[Violation]:
     """Everything this binding asks that the operator's settings do not allow (empty: allowed)."""
     out: list[Violation] = []
@@ -223,16 +239,27 @@ def violations(spec: BindingSpec, binding_namespace: str, policy: TenancyPolicy)
         out.append(Violation("spec.scope.grantClusterRole", f"{role} is not a ClusterRole the operator may grant "
                              f"({', '.join(policy.allowed_grant_roles)}): use sunk-scheduler-sandbox, or ask the "
                              "operator's admin to allow it (SSB_ALLOWED_GRANT_ROLES and the RBAC `bind` rule)"))
-    if _selector_empty(spec.scheduler.pod_selector):
-        out.append(Violation("spec.scheduler.podSelector", "an empty selector matches every pod in the namespace "
+    pods = spec.scheduler.pod_selector
+    if _matches_unlabelled(pods):
+        what = "an empty selector" if _selector_empty(pods) else "a selector that a pod without labels satisfies " \
+            "(only NotIn / DoesNotExist)"
+        out.append(Violation("spec.scheduler.podSelector", f"{what} matches every pod in the namespace "
                              "(their ServiceAccounts would be granted and their Deployments rolled): select the "
                              "scheduler's pods, e.g. matchLabels: {app.kubernetes.io/name: sunk-scheduler}"))
     sn = spec.sandbox_namespaces
-    if _selector_empty(sn.selector):
-        out.append(Violation("spec.sandboxNamespaces.selector", "an empty selector matches every namespace: give it "
-                             "matchLabels or matchExpressions (e.g. matchLabels: {sunk.coreweave.com/sandbox: "
-                             "\"true\"})"))
+    if not policy.allow_match_all and _matches_unlabelled(sn.selector):
+        if _selector_empty(sn.selector):
+            what = "an empty selector matches every namespace: give it matchLabels or matchExpressions"
+        else:
+            what = ("a selector that a namespace without labels satisfies (only NotIn / DoesNotExist expressions) "
+                    "matches nearly every namespace: add a matchLabels entry or an In / Exists expression")
+        out.append(Violation("spec.sandboxNamespaces.selector", f"{what} (e.g. matchLabels: "
+                             f"{{sunk.coreweave.com/sandbox: \"true\"}}), {_MATCH_ALL_FIX}"))
     for i, name in enumerate(sn.names):
+        if not policy.allow_match_all and not glob_literals(name):
+            out.append(Violation(f"spec.sandboxNamespaces.names[{i}]", f"{name} has no literal character, so it "
+                                 f"matches (nearly) every namespace: name a prefix or suffix (e.g. ds-*), "
+                                 f"{_MATCH_ALL_FIX}"))
         literal = is_literal(name)
         if literal and policy.system(name) and not policy.may_reach(binding_namespace, name):
             out.append(Violation(f"spec.sandboxNamespaces.names[{i}]", f"{name} is a system namespace: the operator's "
