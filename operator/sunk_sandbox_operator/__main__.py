@@ -50,6 +50,9 @@ def _run(argv: list[str]) -> int:
                         help="no binding ever matches a namespace outside this label selector (kubectl -l grammar, "
                         "e.g. the label the runner puts on its namespaces), except the binding's own namespace "
                         "(default: no bound; SSB_SANDBOX_NAMESPACE_SELECTOR)")
+    parser.add_argument("--min-resync-interval", default=None, metavar="DURATION",
+                        help="a binding's spec.resyncInterval below this is raised to it, and its status says so "
+                        "(default 30s; SSB_MIN_RESYNC_INTERVAL)")
     parser.add_argument("--webhook-port", type=int, default=None,
                         help="serve the admission webhook (HTTPS, POST /validate) on this port, in every replica "
                         "(default 0: off; SSB_WEBHOOK_PORT)")
@@ -71,7 +74,8 @@ def _run(argv: list[str]) -> int:
         parser.error("--allowed-api-url / SSB_ALLOWED_API_URLS: " + "; ".join(bad))
     if args.allow_match_all:
         os.environ["SSB_ALLOW_MATCH_ALL"] = "true"
-    for flag, name in (("sandbox_namespace_selector", "SSB_SANDBOX_NAMESPACE_SELECTOR"),):
+    for flag, name in (("sandbox_namespace_selector", "SSB_SANDBOX_NAMESPACE_SELECTOR"),
+                       ("min_resync_interval", "SSB_MIN_RESYNC_INTERVAL")):
         if getattr(args, flag) is not None:
             os.environ[name] = getattr(args, flag)
     from .controller import config

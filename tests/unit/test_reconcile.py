@@ -119,18 +119,18 @@ async def test_transient_policy_failures_resync_sooner_with_backoff(harness) -> 
     h = harness()
     cluster(h)
     state, runner = new_binding(h, resyncInterval="10m")
-    assert reconcile.resync_seconds(state) == 600.0
+    assert reconcile.resync_seconds(state, 30.0) == 600.0
     runner.error = rerr.Unavailable("down")
     await reconcile.reconcile(h.ctx, state)
     assert state.failures == 1 and conditions(h)["PolicySynced"] == ("False", "APIUnavailable")
-    first = reconcile.resync_seconds(state)
+    first = reconcile.resync_seconds(state, 30.0)
     assert FAILURE_BACKOFF.base * (1 - FAILURE_BACKOFF.jitter) + 1 <= first <= FAILURE_BACKOFF.base + 1
     for _ in range(20):
         await reconcile.reconcile(h.ctx, state)
-    assert reconcile.resync_seconds(state) <= 600.0 and state.failures == 21
+    assert reconcile.resync_seconds(state, 30.0) <= 600.0 and state.failures == 21
     runner.error = None
     await reconcile.reconcile(h.ctx, state)
-    assert state.failures == 0 and reconcile.resync_seconds(state) == 600.0
+    assert state.failures == 0 and reconcile.resync_seconds(state, 30.0) == 600.0
 
 
 async def test_permanent_policy_failures_wait_for_the_resync(harness) -> None:
@@ -139,7 +139,7 @@ async def test_permanent_policy_failures_wait_for_the_resync(harness) -> None:
     state, runner = new_binding(h)
     runner.error = rerr.PermissionDenied("no role")
     await reconcile.reconcile(h.ctx, state)
-    assert state.failures == 0 and reconcile.resync_seconds(state) == 300.0
+    assert state.failures == 0 and reconcile.resync_seconds(state, 30.0) == 300.0
 
 
 # ---------------------------------------------------------------- deletion

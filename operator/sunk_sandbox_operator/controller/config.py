@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from ..core import selectors
+from ..core import resync, selectors
 from ..core.tenancy import DEFAULT_API_URLS, DEFAULT_GRANT_ROLES, TenancyPolicy, parse_reach
 
 
@@ -29,6 +29,8 @@ class Config:
     hazard_event_interval_seconds: float = 60.0
     # Upper bound for the resync interval jitter (fraction of the interval).
     resync_jitter: float = 0.1
+    # A binding's spec.resyncInterval below this is raised to it (core/resync.py): the admin's floor.
+    min_resync_seconds: float = resync.DEFAULT_MINIMUM_SECONDS
     # Stale-etag retries of one policy write before ConflictRetriesExhausted.
     policy_conflict_retries: int = 5
     # Lost resourceVersion races of one scope write before ScopeSynced=False Conflict.
@@ -90,6 +92,7 @@ def load() -> Config:
         hazard_event_interval_seconds=_float("SSB_HAZARD_EVENT_INTERVAL_SECONDS", 60.0),
         policy_propagation_seconds=_float("SSB_POLICY_PROPAGATION_SECONDS", 60.0),
         resync_jitter=_float("SSB_RESYNC_JITTER", 0.1),
+        min_resync_seconds=resync.parse_setting(os.environ.get("SSB_MIN_RESYNC_INTERVAL") or "30s"),
         policy_conflict_retries=int(_float("SSB_POLICY_CONFLICT_RETRIES", 5)),
         scope_conflict_retries=int(_float("SSB_SCOPE_CONFLICT_RETRIES", 5)),
         metrics_port=int(_float("SSB_METRICS_PORT", 0)),

@@ -97,7 +97,7 @@ async def binding_loop(ctx: Context, body: dict, stopped: kopf.DaemonStopped) ->
         except Exception:
             ctx.metrics.reconcile_errors.labels(handler="binding").inc()
             log.exception("reconcile of %s failed", state.ref)
-        interval = reconcile.resync_seconds(state)
+        interval = reconcile.resync_seconds(state, ctx.config.min_resync_seconds)
         interval *= 1 + random.uniform(-ctx.config.resync_jitter, ctx.config.resync_jitter)
         woken = await _sleep_or_wake(state.wake, stopped, interval)
         # A reconcile request reads everything again, like a resync (its point is "check now").

@@ -12,10 +12,9 @@ import logging
 from ..adapters import kube as k
 from ..adapters import scheduler as sched
 from ..api.reasons import CONDITION_TYPES, Common
-from ..core import conflicts, scheduler, tenancy
+from ..core import conflicts, resync, scheduler, tenancy
 from ..core.compose import Part
 from ..core.policy_decide import TRANSIENT
-from ..core.scheduler_conf import parse_go_duration
 from . import grants, placement, policy, scope
 from .context import Context
 from .retry import FAILURE_BACKOFF
@@ -29,14 +28,10 @@ log = logging.getLogger("sunk_sandbox_operator")
 TRANSIENT_ERRORS = (k.KubeError, OSError, TimeoutError)
 
 
-def resync_seconds(state: BindingState) -> float:
-    """The resync interval; after a transient failure, sooner (backoff capped by the interval)."""
-    base = 300.0
-    if state.spec:
-        try:
-            base = max(1.0, parse_go_duration(state.spec.resync_interval))
-        except ValueError:
-            pass
+def resync_seconds(state: BindingState, minimum: float) -> float:
+    """The resync interval (raised to the operator's `minimum`); after a transient failure, sooner
+    (backoff capped by the interval)."""
+    base = resync.decide(state.spec.resync_interval if state.spec else None, minimum).seconds
     return min(base, FAILURE_BACKOFF.delay(state.failures - 1) + 1.0) if state.failures else base
 
 

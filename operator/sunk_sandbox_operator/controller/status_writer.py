@@ -12,7 +12,7 @@ from typing import Callable
 
 from ..adapters import kube as k
 from ..api.reasons import CONDITION_TYPES, Common
-from ..core import compose
+from ..core import compose, resync
 from ..core import conditions as c
 from .coalescer import Coalescer
 from .context import Context
@@ -34,7 +34,8 @@ async def flush(ctx: Context, state: BindingState) -> bool:
         parts = [state.parts[t] for t in CONDITION_TYPES[1:]]
         # The generation the parts were computed for: a spec edited since is not observed yet.
         generation = state.reconciled_generation if state.reconciled_generation is not None else state.generation
-        new = compose.compose(state.status, parts, generation, ctx.now_iso(), state.handled_request)
+        note = resync.decide(state.spec.resync_interval, ctx.config.min_resync_seconds).note if state.spec else None
+        new = compose.compose(state.status, parts, generation, ctx.now_iso(), state.handled_request, note)
         if compose.without_volatile(new) == compose.without_volatile(state.status):
             return False
         patch = compose.merge_patch(state.status, new)

@@ -69,8 +69,12 @@ def ready(conditions: list[dict]) -> tuple[Status, str, str]:
     return "True", Ready.READY, "sandboxes of this runner are placed by the SUNK scheduler"
 
 
-def with_ready(conditions: list[dict], generation: int | None, now: str) -> list[dict]:
+def with_ready(conditions: list[dict], generation: int | None, now: str, note: str | None = None) -> list[dict]:
+    """Ready derived from the others; `note` (a setting that changed what the spec asks, e.g. the
+    resync floor) ends its message, whatever its status."""
     status, reason, message = ready(conditions)
+    if note:
+        message = f"{message}; note: {note}"
     return set_condition(conditions, "Ready", status, reason, message, generation, now)
 
 
