@@ -176,11 +176,13 @@ def operator_kubeconfig(installed, tmp_path_factory) -> Path:
 
 # A short propagation window, so the placement tests see it open and close in seconds. The runner
 # API is the emulator on a loopback port: plain http to it must be allowed explicitly (the default
-# allows only https://api.coreweave.com).
+# allows only https://api.coreweave.com). Tests resync bindings every second or two: the admin's
+# floor (default 30 s) is lowered to let them.
 LOOPBACK_API = {"SSB_ALLOWED_API_URLS": "http://127.0.0.1:*"}
+FAST_RESYNC = {"SSB_MIN_RESYNC_INTERVAL": "1s"}
 TEST_ENV = {"SSB_STATUS_MIN_INTERVAL_SECONDS": "1", "SSB_HAZARD_EVENT_INTERVAL_SECONDS": "1",
             "SSB_RESTORE_RETRIES": "3", "SSB_RESTORE_RETRY_DELAY_SECONDS": "1",
-            "SSB_POLICY_PROPAGATION_SECONDS": "6", **LOOPBACK_API}
+            "SSB_POLICY_PROPAGATION_SECONDS": "6", **LOOPBACK_API, **FAST_RESYNC}
 PROPAGATION_SECONDS = 6.0
 
 

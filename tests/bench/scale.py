@@ -44,7 +44,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Iterable
 
-from tests.conftest import LOOPBACK_API, OPERATOR_NS, OPERATOR_SA, Kube, install_manifests, wait_for
+from tests.conftest import FAST_RESYNC, LOOPBACK_API, OPERATOR_NS, OPERATOR_SA, Kube, install_manifests, wait_for
 
 SLURM_NS = "tenant-slurm"
 CM = "slurm-scheduler-config"
@@ -548,7 +548,7 @@ def main(argv: list[str] | None = None) -> int:
             started = time.monotonic()
             # The shipped settings: --log-format=json, no --verbose.
             operator = OperatorProcess(kubeconfig, work / "operator.log", args=("--log-format=json",),
-                                       env={"SSB_STATUS_MIN_INTERVAL_SECONDS": "2", **LOOPBACK_API}, timeout=120, verbose=False)
+                                       env={"SSB_STATUS_MIN_INTERVAL_SECONDS": "2", **LOOPBACK_API, **FAST_RESYNC}, timeout=120, verbose=False)
             spec = binding_spec(runner_id, emulator, sandboxNamespaces={"selector": {"matchLabels": MATCH_LABELS}},
                                 scope={"alwaysInclude": [SLURM_NS]})
             kube.create_binding(SLURM_NS, BINDING, spec)
