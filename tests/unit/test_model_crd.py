@@ -131,3 +131,49 @@ def test_wire_round_trip_uses_camel_case():
     assert wire["runner"]["apiURL"] == "http://127.0.0.1:1"
     assert "sandboxNamespaces" in wire and "expectedGracePeriodSeconds" in wire
     assert m.parse_spec(wire) == spec
+
+
+def _unbounded(schema: dict, path: str) -> list[str]:
+    """Every string, list and map of the spec schema without a bound (enums are bounded by their values)."""
+    out: list[str] = []
+    kind = schema.get("type")
+    if kind == "string" and "maxLength" not in schema and "enum" not in schema:
+        out.append(path)
+    if kind == "array":
+        if "maxItems" not in schema:
+            out.append(path)
+        out += _unbounded(schema["items"], path + "[]")
+    if kind == "object":
+        if "additionalProperties" in schema:
+            if "maxProperties" not in schema:
+                out.append(path)
+            out += _unbounded(schema["additionalProperties"], path + "{}")
+        for name, sub in (schema.get("properties") or {}).items():
+            out += _unbounded(sub, f"{path}.{name}")
+    return out
+
+
+def test_every_string_list_and_map_of_the_spec_is_bounded():
+    spec = version_schema(load_crd())["properties"]["spec"]
+    assert _unbounded(spec, "spec") == []
+    selector = spec["properties"]["sandboxNamespaces"]["properties"]["selector"]["properties"]
+    assert selector["matchExpressions"]["maxItems"] == 16
+    assert selector["matchExpressions"]["items"]["properties"]["values"]["maxItems"] == 64
+    assert selector["matchLabels"]["maxProperties"] == 32
+    assert selector["matchLabels"]["additionalProperties"]["maxLength"] == 63  # Kubernetes' label value limit
+    assert selector["matchLabels"]["x-kubernetes-validations"][0]["rule"] == "self.all(k, size(k) <= 317)"
+
+
+@pytest.mark.parametrize("change, where", [
+    ({"selector": {"matchExpressions": [{"key": f"k{i}", "operator": "DoesNotExist"} for i in range(17)]}},
+     ("sandboxNamespaces", "selector", "matchExpressions")),
+    ({"selector": {"matchLabels": {f"k{i}": "v" for i in range(33)}}}, ("sandboxNamespaces", "selector", "matchLabels")),
+    ({"selector": {"matchExpressions": [{"key": "a", "operator": "In", "values": [str(i) for i in range(65)]}]}},
+     ("sandboxNamespaces", "selector", "matchExpressions", 0, "values")),
+    ({"names": [f"ds-{i}-*" for i in range(65)]}, ("sandboxNamespaces", "names")),
+])
+def test_the_models_refuse_what_the_crd_refuses(change, where):
+    """A binding stored before the bounds (or with the CRD not upgraded) is InvalidSpec, never compiled."""
+    with pytest.raises(ValidationError) as exc:
+        m.parse_spec({"runner": {"id": "r", "tokenSecretRef": {"name": "s"}}, "sandboxNamespaces": change})
+    assert exc.value.errors()[0]["loc"] == where

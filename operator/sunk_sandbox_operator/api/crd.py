@@ -54,8 +54,15 @@ def type_schema(tp: Any, metadata: list[Any] = ()) -> dict:
         bounds = {{"minLength": "minItems", "maxLength": "maxItems"}.get(k, k): v for k, v in _constraints(metadata).items()}
         return {"type": "array", "items": type_schema(item), **bounds}
     if origin is dict:
-        _, value = typing.get_args(tp)
-        return {"type": "object", "additionalProperties": type_schema(value)}
+        key, value = typing.get_args(tp)
+        bounds = {{"minLength": "minProperties", "maxLength": "maxProperties"}.get(k, k): v
+                  for k, v in _constraints(metadata).items()}
+        out = {"type": "object", "additionalProperties": type_schema(value), **bounds}
+        key_max = type_schema(key).get("maxLength")
+        if key_max is not None:  # a structural schema cannot bound a key but through CEL
+            out["x-kubernetes-validations"] = [{"rule": f"self.all(k, size(k) <= {key_max})",
+                                                "message": f"keys must be at most {key_max} characters"}]
+        return out
     if isinstance(tp, type) and issubclass(tp, BaseModel):
         return model_schema(tp)
     if tp in _SCALARS:

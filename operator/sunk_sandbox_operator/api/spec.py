@@ -13,25 +13,19 @@ from typing import Annotated, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 from pydantic.alias_generators import to_camel
 
+from .bounds import (DURATION_PATTERN, SLURM_NAME_PATTERN, NUMERIC_ID_PATTERN, DNS_LABEL_PATTERN,
+                     DNS_SUBDOMAIN_PATTERN, OPTIONAL_NAME_PATTERN, OPTIONAL_NAMESPACE_PATTERN,
+                     NAMESPACE_GLOB_PATTERN, ANNOTATION_KEY_PATTERN, DOTTED_PATH_PATTERN, NAME_MAX, NAMESPACE_MAX,
+                     LABEL_KEY_MAX, LABEL_VALUE_MAX, SELECTOR_LABELS_MAX, SELECTOR_EXPRESSIONS_MAX,
+                     SELECTOR_VALUES_MAX, NAMESPACE_GLOBS_MAX, ALWAYS_INCLUDE_MAX, CLIENT_ANNOTATIONS_MAX, URL_MAX,
+                     DOTTED_PATH_MAX, DURATION_MAX)
 from .keys import ANNOTATION_PREFIX, DEFAULT_API_URL, DEFAULT_SCHEDULER_POD_LABELS
 
-# Patterns shared by the models and the CRD (the API server enforces them at apply time).
-DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$"
-SLURM_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
-NUMERIC_ID_PATTERN = r"^[0-9]{1,10}$"
-DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
-DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
-# The same, or empty (a field whose empty value means "discover" or "the default").
-OPTIONAL_NAME_PATTERN = r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?)?$"
-OPTIONAL_NAMESPACE_PATTERN = r"^([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)?$"
-NAMESPACE_GLOB_PATTERN = r"^[a-z0-9*?\[\]-]{1,63}$"
-ANNOTATION_KEY_PATTERN = r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
-DOTTED_PATH_PATTERN = r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$"
-
-
-NamespaceGlob = Annotated[str, StringConstraints(pattern=NAMESPACE_GLOB_PATTERN, max_length=63)]
-NamespaceName = Annotated[str, StringConstraints(pattern=DNS_LABEL_PATTERN, max_length=63)]
-AnnotationKey = Annotated[str, StringConstraints(pattern=ANNOTATION_KEY_PATTERN, max_length=317)]
+NamespaceGlob = Annotated[str, StringConstraints(pattern=NAMESPACE_GLOB_PATTERN, max_length=NAMESPACE_MAX)]
+NamespaceName = Annotated[str, StringConstraints(pattern=DNS_LABEL_PATTERN, max_length=NAMESPACE_MAX)]
+AnnotationKey = Annotated[str, StringConstraints(pattern=ANNOTATION_KEY_PATTERN, max_length=LABEL_KEY_MAX)]
+LabelKey = Annotated[str, StringConstraints(min_length=1, max_length=LABEL_KEY_MAX)]
+LabelValue = Annotated[str, StringConstraints(max_length=LABEL_VALUE_MAX)]
 
 
 def _cel(rule: str, message: str, field_path: str | None = None) -> dict:
@@ -57,12 +51,13 @@ class _Model(BaseModel):
 class LabelSelectorRequirement(_Model):
     """One expression of a label selector."""
 
-    key: str = Field(description="The label key the selector applies to.", min_length=1)
+    key: LabelKey = Field(description="The label key the selector applies to.")
     operator: Literal["In", "NotIn", "Exists", "DoesNotExist"] = Field(
         description="How the key relates to the values: In, NotIn, Exists or DoesNotExist."
     )
-    values: list[str] = Field(
+    values: list[LabelValue] = Field(
         default_factory=list,
+        max_length=SELECTOR_VALUES_MAX,
         description="Values for In and NotIn; must be empty for Exists and DoesNotExist.",
     )
 
@@ -70,11 +65,13 @@ class LabelSelectorRequirement(_Model):
 class LabelSelector(_Model):
     """A Kubernetes label selector (matchLabels AND matchExpressions)."""
 
-    match_labels: dict[str, str] = Field(
-        default_factory=dict, description="Labels that must all be present with these values."
+    match_labels: dict[LabelKey, LabelValue] = Field(
+        default_factory=dict, max_length=SELECTOR_LABELS_MAX,
+        description="Labels that must all be present with these values."
     )
     match_expressions: list[LabelSelectorRequirement] = Field(
-        default_factory=list, description="Set-based requirements, all of which must hold."
+        default_factory=list, max_length=SELECTOR_EXPRESSIONS_MAX,
+        description="Set-based requirements, all of which must hold."
     )
 
 
@@ -86,9 +83,9 @@ class SecretKeyRef(_Model):
 
     name: str = Field(
         description="Name of the Secret, in the binding's namespace, holding the CoreWeave API token.",
-        pattern=DNS_SUBDOMAIN_PATTERN,
+        pattern=DNS_SUBDOMAIN_PATTERN, max_length=NAME_MAX,
     )
-    key: str = Field(default="token", description="Key of the Secret's data holding the token.", min_length=1)
+    key: str = Field(default="token", description="Key of the Secret's data holding the token.", min_length=1, max_length=NAME_MAX)
 
 
 class RunnerSpec(_Model):
@@ -97,14 +94,14 @@ class RunnerSpec(_Model):
     id: str = Field(
         description="The runner's id (as shown by `cwic runner list`). Required, non-empty.",
         min_length=1,
-        max_length=253,
+        max_length=NAME_MAX,
         pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$",
     )
     api_url: str = Field(
         default=DEFAULT_API_URL,
         alias="apiURL",
         description="Base URL of the CoreWeave sandbox API (Connect protocol). http:// is for the local emulator only.",
-        pattern=r"^https?://[^\s/]+(/[^\s]*)?$",
+        pattern=r"^https?://[^\s/]+(/[^\s]*)?$", max_length=URL_MAX,
     )
     token_secret_ref: SecretKeyRef = Field(
         description="Secret holding an API token with the sandbox_admin role. Read at each use, so rotation works."
@@ -118,12 +115,12 @@ class SchedulerSpec(_Model):
         default="",
         description="The scheduler name pods must carry in spec.schedulerName. Empty: discover it "
         "(SUNK 8 ConfigMap scheduler.conf .scheduler.name, then SUNK 7 --scheduler-name).",
-        pattern=OPTIONAL_NAME_PATTERN,
+        pattern=OPTIONAL_NAME_PATTERN, max_length=NAME_MAX,
     )
     namespace: str = Field(
         default="",
         description="Namespace the scheduler runs in. Empty: the binding's namespace.",
-        pattern=OPTIONAL_NAMESPACE_PATTERN,
+        pattern=OPTIONAL_NAMESPACE_PATTERN, max_length=NAMESPACE_MAX,
     )
     pod_selector: LabelSelector = Field(
         default_factory=lambda: LabelSelector(match_labels=dict(DEFAULT_SCHEDULER_POD_LABELS)),
@@ -141,12 +138,14 @@ class SchedulerSpec(_Model):
 class SlurmSpec(_Model):
     """Further Slurm annotations pinned on every sandbox pod (sunk.coreweave.com/<key>)."""
 
-    account: Optional[str] = Field(default=None, description="Slurm account (sunk.coreweave.com/account).", pattern=SLURM_NAME_PATTERN)
-    qos: Optional[str] = Field(default=None, description="Slurm QoS (sunk.coreweave.com/qos).", pattern=SLURM_NAME_PATTERN)
+    account: Optional[str] = Field(default=None, description="Slurm account (sunk.coreweave.com/account).",
+                                   pattern=SLURM_NAME_PATTERN, max_length=64)
+    qos: Optional[str] = Field(default=None, description="Slurm QoS (sunk.coreweave.com/qos).", pattern=SLURM_NAME_PATTERN,
+                               max_length=64)
     constraint: Optional[str] = Field(
         default=None,
         description="Slurm feature constraint expression (sunk.coreweave.com/constraint), e.g. cpu or cpu&avx512.",
-        pattern=r"^[A-Za-z0-9_.&|!\[\]()*:,-]{1,256}$",
+        pattern=r"^[A-Za-z0-9_.&|!\[\]()*:,-]{1,256}$", max_length=256,
     )
     exclusive: Optional[Literal["none", "user", "ok"]] = Field(
         default=None,
@@ -155,12 +154,12 @@ class SlurmSpec(_Model):
     user_id: Optional[str] = Field(
         default=None,
         description="Numeric Linux UID for Slurm accounting (sunk.coreweave.com/user-id). A user name blocks scheduling.",
-        pattern=NUMERIC_ID_PATTERN,
+        pattern=NUMERIC_ID_PATTERN, max_length=10,
     )
     group_id: Optional[str] = Field(
         default=None,
         description="Numeric Linux GID (sunk.coreweave.com/group-id). Defaults to user-id in SUNK when unset.",
-        pattern=NUMERIC_ID_PATTERN,
+        pattern=NUMERIC_ID_PATTERN, max_length=10,
     )
 
     def annotations(self) -> dict[str, str]:
@@ -189,7 +188,7 @@ class SandboxNamespaces(_Model):
     )
     names: list[NamespaceGlob] = Field(
         default_factory=list,
-        max_length=64,
+        max_length=NAMESPACE_GLOBS_MAX,
         description="Shell-style globs over namespace names (e.g. ds-*); a match makes it a sandbox namespace.",
     )
 
@@ -200,13 +199,13 @@ class ConfigMapTarget(_Model):
     name: str = Field(
         default="",
         description="ConfigMap name in the scheduler namespace. Empty: the one labelled app.kubernetes.io/component=scheduler.",
-        pattern=OPTIONAL_NAME_PATTERN,
+        pattern=OPTIONAL_NAME_PATTERN, max_length=NAME_MAX,
     )
-    key: str = Field(default="scheduler.conf", description="Data key holding the YAML config.", min_length=1)
+    key: str = Field(default="scheduler.conf", description="Data key holding the YAML config.", min_length=1, max_length=NAME_MAX)
     path: str = Field(
         default="scheduler.scope.namespaces",
         description="Dotted path of the namespace list inside the YAML document.",
-        pattern=DOTTED_PATH_PATTERN,
+        pattern=DOTTED_PATH_PATTERN, max_length=DOTTED_PATH_MAX,
     )
 
 
@@ -225,19 +224,20 @@ class ApplicationTarget(_Model):
     )
 
     name: str = Field(default="", description="Application name. Required when kind is ArgoCDApplication.",
-                      pattern=OPTIONAL_NAME_PATTERN)
-    namespace: str = Field(default="argocd", description="Namespace of the Application.", pattern=DNS_LABEL_PATTERN)
+                      pattern=OPTIONAL_NAME_PATTERN, max_length=NAME_MAX)
+    namespace: str = Field(default="argocd", description="Namespace of the Application.", pattern=DNS_LABEL_PATTERN,
+                           max_length=NAMESPACE_MAX)
     path: str = Field(
         default="scheduler.scope.namespaces",
         description="Dotted path of the list inside the Helm values Argo CD renders for the source: "
         "helm.valuesObject when set, else the YAML string helm.values (edited in place), else a new valuesObject.",
-        pattern=DOTTED_PATH_PATTERN,
+        pattern=DOTTED_PATH_PATTERN, max_length=DOTTED_PATH_MAX,
     )
     source_chart: Optional[str] = Field(
         default=None,
         description="Multi-source Applications (spec.sources): edit the source whose chart is this name (or, "
         "for a chart in Git, whose path ends in it). Unset: the only source with helm or a chart.",
-        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$",
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$", max_length=NAME_MAX,
     )
     source_index: Optional[int] = Field(
         default=None,
@@ -259,25 +259,25 @@ class FluxTarget(_Model):
     HelmRelease consumes through spec.valuesFrom, so nobody fights over the Git-managed HelmRelease."""
 
     name: str = Field(default="", description="HelmRelease (helm.toolkit.fluxcd.io/v2) name. Required when kind is "
-                      "FluxHelmRelease.", pattern=OPTIONAL_NAME_PATTERN)
+                      "FluxHelmRelease.", pattern=OPTIONAL_NAME_PATTERN, max_length=NAME_MAX)
     namespace: str = Field(
         default="",
         description="Namespace of the HelmRelease, and of the ConfigMap (Flux reads valuesFrom in the HelmRelease's "
         "namespace). Empty: the scheduler namespace.",
-        pattern=OPTIONAL_NAMESPACE_PATTERN,
+        pattern=OPTIONAL_NAMESPACE_PATTERN, max_length=NAMESPACE_MAX,
     )
     config_map: str = Field(
         default="",
         description="The ConfigMap the operator owns (created if missing, labelled reconcile.fluxcd.io/watch: Enabled). "
         "Empty: <name>-sunk-scope.",
-        pattern=OPTIONAL_NAME_PATTERN,
+        pattern=OPTIONAL_NAME_PATTERN, max_length=NAME_MAX,
     )
     key: str = Field(default="values.yaml", description="Data key holding the values YAML document (the valuesFrom "
-                     "entry's valuesKey).", min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$")
+                     "entry's valuesKey).", min_length=1, max_length=NAME_MAX, pattern=r"^[-._a-zA-Z0-9]+$")
     path: str = Field(
         default="scheduler.scope.namespaces",
         description="Dotted path of the namespace list inside that values document.",
-        pattern=DOTTED_PATH_PATTERN,
+        pattern=DOTTED_PATH_PATTERN, max_length=DOTTED_PATH_MAX,
     )
 
     def config_map_name(self) -> str:
@@ -318,15 +318,15 @@ class ScopeSpec(_Model):
     target: ScopeTarget = Field(default_factory=ScopeTarget, description="Where the list lives.")
     always_include: list[NamespaceName] = Field(
         default_factory=list,
-        max_length=256,
+        max_length=ALWAYS_INCLUDE_MAX,
         description="Namespaces always in the list (e.g. the Slurm namespace). Never removed by the operator.",
     )
     restart_scheduler: bool = Field(default=True, description="ConfigMap target: roll the scheduler (pod-template "
                                     "annotation sunksandbox.dev/scope-hash) when the list changes.")
-    min_roll_interval: str = Field(default="30s", pattern=DURATION_PATTERN, description=(
+    min_roll_interval: str = Field(default="30s", pattern=DURATION_PATTERN, max_length=DURATION_MAX, description=(
         "At most one scheduler roll per this interval: the first change rolls at once, later ones fold into one roll "
         "at the interval's end (a roll restarts what places Slurm and sandbox pods). 0s: roll at every list write."))
-    grant_cluster_role: str = Field(default="", pattern=r"^([A-Za-z0-9:._-]{1,253})?$", description=(
+    grant_cluster_role: str = Field(default="", pattern=r"^([A-Za-z0-9:._-]{1,253})?$", max_length=NAME_MAX, description=(
         "If set, a RoleBinding to this ClusterRole for the scheduler's ServiceAccount in each listed namespace the "
         "binding itself matches (its sandbox namespaces, and the alwaysInclude entries its namespace may reach)."))
 
@@ -362,12 +362,12 @@ class BindingSpec(_Model):
     partition: Optional[str] = Field(
         default=None,
         description="Slurm partition pinned as sunk.coreweave.com/partition. Omit to let Slurm choose.",
-        pattern=SLURM_NAME_PATTERN,
+        pattern=SLURM_NAME_PATTERN, max_length=64,
     )
     slurm: SlurmSpec = Field(default_factory=SlurmSpec, description="Further pinned Slurm annotations.")
     client_annotations: list[AnnotationKey] = Field(
         default_factory=list,
-        max_length=32,
+        max_length=CLIENT_ANNOTATIONS_MAX,
         description="Annotation keys clients must stay free to set (e.g. sunk.coreweave.com/user-id): never pinned, and reported if denied.",
     )
     sandbox_namespaces: SandboxNamespaces = Field(description="Which namespaces hold sandboxes.")
@@ -383,8 +383,9 @@ class BindingSpec(_Model):
     )
     resync_interval: str = Field(
         default="5m",
-        description="How often to re-read policy and scope and correct drift, as a duration (e.g. 30s, 5m, 1h).",
-        pattern=DURATION_PATTERN,
+        description="How often to re-read policy and scope and correct drift, as a duration (e.g. 30s, 5m, 1h); "
+        "one below the operator's --min-resync-interval (default 30s) is raised to it.",
+        pattern=DURATION_PATTERN, max_length=DURATION_MAX,
     )
     deletion_policy: Literal["Restore", "Orphan"] = Field(
         default="Restore",

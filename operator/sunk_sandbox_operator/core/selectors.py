@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Union
 
 from ..api.spec import LabelSelector
@@ -27,6 +27,11 @@ class Requirement:
     key: str
     operator: str
     values: tuple[str, ...]
+    # The values as a set: a match costs one lookup per requirement, whatever the number of values.
+    members: frozenset[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "members", frozenset(self.values))
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,9 +138,9 @@ def selector_error(selector: SelectorLike) -> str | None:
 def _holds(r: Requirement, labels: Mapping[str, str]) -> bool:
     present = r.key in labels
     if r.operator == "In":
-        return present and labels[r.key] in r.values
+        return present and labels[r.key] in r.members
     if r.operator == "NotIn":
-        return not present or labels[r.key] not in r.values
+        return not present or labels[r.key] not in r.members
     if r.operator == "Exists":
         return present
     return not present  # DoesNotExist
