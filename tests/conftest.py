@@ -180,9 +180,13 @@ def operator_kubeconfig(installed, tmp_path_factory) -> Path:
 # floor (default 30 s) is lowered to let them.
 LOOPBACK_API = {"SSB_ALLOWED_API_URLS": "http://127.0.0.1:*"}
 FAST_RESYNC = {"SSB_MIN_RESYNC_INTERVAL": "1s"}
+# An allowed entry with a path (never resolved: nothing in the tests uses it), for the path-escape
+# attacks (tests/integration/attacks.py): `.../runner/../admin` must not pass as below it.
+GATEWAY_API = "https://gw.example.com/runner"
 TEST_ENV = {"SSB_STATUS_MIN_INTERVAL_SECONDS": "1", "SSB_HAZARD_EVENT_INTERVAL_SECONDS": "1",
             "SSB_RESTORE_RETRIES": "3", "SSB_RESTORE_RETRY_DELAY_SECONDS": "1",
-            "SSB_POLICY_PROPAGATION_SECONDS": "6", **LOOPBACK_API, **FAST_RESYNC}
+            "SSB_POLICY_PROPAGATION_SECONDS": "6", **FAST_RESYNC,
+            "SSB_ALLOWED_API_URLS": f"{LOOPBACK_API['SSB_ALLOWED_API_URLS']},{GATEWAY_API}"}
 PROPAGATION_SECONDS = 6.0
 
 

@@ -34,6 +34,23 @@ ATTACKS: list[tuple[str, dict, str]] = [
     ("cluster-admin for the scheduler", {"scope": {"grantClusterRole": "cluster-admin"}}, "spec.scope.grantClusterRole"),
     ("every pod's ServiceAccount granted and Deployment rolled", {"scheduler": {"podSelector": {}}},
      "spec.scheduler.podSelector"),
+    # Match-everything selectors that are not `{}` (refused unless SSB_ALLOW_MATCH_ALL).
+    ("every namespace by the glob *", {"sandboxNamespaces": {"names": ["*"]}}, "spec.sandboxNamespaces.names[0]"),
+    ("every namespace by the glob ?*", {"sandboxNamespaces": {"names": ["?*"]}}, "spec.sandboxNamespaces.names[0]"),
+    ("every namespace without a label nobody has (DoesNotExist only)",
+     {"sandboxNamespaces": {"names": [], "selector": {"matchExpressions": [
+         {"key": "nobody-has-this", "operator": "DoesNotExist"}]}}}, "spec.sandboxNamespaces.selector"),
+    ("every namespace but one team's (NotIn only)",
+     {"sandboxNamespaces": {"names": [], "selector": {"matchExpressions": [
+         {"key": "team", "operator": "NotIn", "values": ["victim"]}]}}}, "spec.sandboxNamespaces.selector"),
+    ("every pod without a label nobody has (DoesNotExist-only scheduler pod selector)",
+     {"scheduler": {"podSelector": {"matchExpressions": [{"key": "nobody-has-this", "operator": "DoesNotExist"}]}}},
+     "spec.scheduler.podSelector"),
+    # The test operator allows https://gw.example.com/runner (tests/conftest.py GATEWAY_API).
+    ("token to another path of an allowed host (/runner/../admin)",
+     {"runner": {"apiURL": "https://gw.example.com/runner/../admin"}}, "spec.runner.apiURL"),
+    ("token to another path of an allowed host (percent-encoded dots)",
+     {"runner": {"apiURL": "https://gw.example.com/runner/%2e%2e/admin"}}, "spec.runner.apiURL"),
 ]
 
 

@@ -65,6 +65,26 @@ BAD = [
     ("always-include-bad", with_("scope.alwaysInclude", ["Tenant_Slurm"]), ["spec.scope.alwaysInclude[0]", "should match"]),
     ("selector-operator-enum", with_("sandboxNamespaces.selector", {"matchExpressions": [{"key": "a", "operator": "Has"}]}),
      ["operator", '"In", "NotIn", "Exists", "DoesNotExist"']),
+    # Bounded specs (api/bounds.py): one binding's cost stays small whatever its author writes.
+    ("selector-too-many-expressions", with_("sandboxNamespaces.selector", {"matchExpressions": [
+        {"key": f"k{i}", "operator": "DoesNotExist"} for i in range(17)]}),
+     ["spec.sandboxNamespaces.selector.matchExpressions", "Too many", "at most 16"]),
+    ("selector-the-issues-28000-expressions", with_("sandboxNamespaces.selector", {"matchExpressions": [
+        {"key": f"nobody-has-{i}", "operator": "DoesNotExist"} for i in range(28000)]}),
+     ["spec.sandboxNamespaces.selector.matchExpressions", "Too many", "at most 16"]),
+    ("selector-too-many-values", with_("sandboxNamespaces.selector", {"matchExpressions": [
+        {"key": "a", "operator": "In", "values": [f"v{i}" for i in range(65)]}]}),
+     ["spec.sandboxNamespaces.selector.matchExpressions[0].values", "Too many", "at most 64"]),
+    ("selector-too-many-labels", with_("scheduler.podSelector", {"matchLabels": {f"k{i}": "v" for i in range(33)}}),
+     ["spec.scheduler.podSelector.matchLabels", "Too many", "at most 32"]),
+    ("selector-label-key-too-long", with_("sandboxNamespaces.selector", {"matchLabels": {"k" * 318: "v"}}),
+     ["spec.sandboxNamespaces.selector.matchLabels", "keys must be at most 317 characters"]),
+    ("selector-label-value-too-long", with_("sandboxNamespaces.selector", {"matchLabels": {"k": "v" * 64}}),
+     ["spec.sandboxNamespaces.selector.matchLabels.k", "Too long"]),
+    ("api-url-too-long", with_("runner.apiURL", "https://api.coreweave.com/" + "a" * 2048),
+     ["spec.runner.apiURL", "Too long"]),
+    ("too-many-globs", with_("sandboxNamespaces.names", [f"ds-{i}-*" for i in range(65)]),
+     ["spec.sandboxNamespaces.names", "Too many", "at most 64"]),
 ]
 
 

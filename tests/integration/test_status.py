@@ -40,3 +40,20 @@ def test_observed_generation_and_six_conditions(installed, operator, emulator, b
             assert cond["lastTransitionTime"] == before[ctype]["lastTransitionTime"], ctype
     wait_for(lambda: emulator.state.runners[runner]["policy"]["base"]["metadata"]["annotations"]
              ["sunk.coreweave.com/partition"] == "other", 20)
+
+
+def test_a_resync_interval_below_the_operators_floor_is_raised_and_ready_says_so(installed, operator, emulator,
+                                                                                 binding_ns):
+    """The session operator's floor is 1s (tests/conftest.py FAST_RESYNC); the binding asks 500ms."""
+    installed.create_binding(binding_ns, "fast", binding_spec(new_runner(emulator, {}), emulator,
+                                                               resyncInterval="500ms"))
+    note = ("note: spec.resyncInterval 500ms is below the operator's minimum (--min-resync-interval 1s): "
+            "resynced every 1s")
+
+    def ready() -> dict:
+        conds = (installed.binding(binding_ns, "fast").get("status") or {}).get("conditions") or []
+        return next((c for c in conds if c["type"] == "Ready"), {})
+    wait_for(lambda: note in ready().get("message", ""), 20, lambda: f"Ready: {ready()}")
+    assert ready()["status"] == "True", ready()  # a note, not a failure
+    out = installed.kubectl("describe", "ssb", "fast", "-n", binding_ns).stdout
+    assert "below the operator's minimum" in " ".join(out.split()), out
