@@ -203,6 +203,18 @@ def test_missing_secret_is_credentials_missing(installed, operator, emulator, ns
     assert calls(emulator, runner) == []
 
 
+@pytest.mark.parametrize("value", ["", " \n"])
+def test_an_empty_token_is_credentials_missing_and_nothing_is_sent(installed, operator, emulator, ns, value):
+    grant_secret_read(installed, ns)
+    make_scheduler(installed, ns)
+    create_token_secret(installed, ns, token=value)
+    runner = new_runner(emulator, {})
+    installed.create_binding(ns, "b", binding_spec(runner, emulator))
+    cond = installed.wait_condition(ns, "b", "PolicySynced", "False", "CredentialsMissing")
+    assert cond["message"] == f"key 'token' of Secret {ns}/coreweave-api is empty: put the API token there"
+    assert calls(emulator, runner) == []
+
+
 def test_unknown_runner_is_runner_not_found(installed, operator, emulator, binding_ns):
     installed.create_binding(binding_ns, "b", binding_spec("runner-nobody", emulator))
     installed.wait_condition(binding_ns, "b", "PolicySynced", "False", "RunnerNotFound")
