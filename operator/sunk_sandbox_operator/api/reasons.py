@@ -48,8 +48,9 @@ class Common(_Reason):
     API_ERROR = "APIError", "transient (Unknown): a Kubernetes read failed (the message says which); retried with backoff"
     NOT_ALLOWED = "NotAllowed", (
         "the binding asks what the operator's settings do not allow (an API URL, another namespace, a system "
-        "namespace, an empty selector; the message names the field): fix the field, or ask the operator's admin "
-        "(`--allowed-api-url`, `--allow-reach`). Nothing is read or written for it, no token is sent")
+        "namespace, a selector or glob that matches (nearly) everything; the message names the field): fix the "
+        "field, or ask the operator's admin (`--allowed-api-url`, `--allow-reach`, `--allow-match-all`). Nothing "
+        "is read or written for it, no token is sent")
 
 
 class Ready(_Reason):
