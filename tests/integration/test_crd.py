@@ -85,6 +85,8 @@ BAD = [
      ["spec.runner.apiURL", "Too long"]),
     ("too-many-globs", with_("sandboxNamespaces.names", [f"ds-{i}-*" for i in range(65)]),
      ["spec.sandboxNamespaces.names", "Too many", "at most 64"]),
+    ("glob-with-five-stars", with_("sandboxNamespaces.names", ["*a*a*a*a*"]),
+     ["spec.sandboxNamespaces.names[0]", "should match"]),
 ]
 
 

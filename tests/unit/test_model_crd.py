@@ -171,6 +171,7 @@ def test_every_string_list_and_map_of_the_spec_is_bounded():
     ({"selector": {"matchExpressions": [{"key": "a", "operator": "In", "values": [str(i) for i in range(65)]}]}},
      ("sandboxNamespaces", "selector", "matchExpressions", 0, "values")),
     ({"names": [f"ds-{i}-*" for i in range(65)]}, ("sandboxNamespaces", "names")),
+    ({"names": ["*a*a*a*a*"]}, ("sandboxNamespaces", "names", 0)),   # five stars: each one a scan of the name
 ])
 def test_the_models_refuse_what_the_crd_refuses(change, where):
     """A binding stored before the bounds (or with the CRD not upgraded) is InvalidSpec, never compiled."""

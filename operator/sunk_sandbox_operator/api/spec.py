@@ -21,7 +21,7 @@ from .bounds import (DURATION_PATTERN, SLURM_NAME_PATTERN, NUMERIC_ID_PATTERN, D
                      DOTTED_PATH_MAX, DURATION_MAX)
 from .keys import ANNOTATION_PREFIX, DEFAULT_API_URL, DEFAULT_SCHEDULER_POD_LABELS
 
-NamespaceGlob = Annotated[str, StringConstraints(pattern=NAMESPACE_GLOB_PATTERN, max_length=NAMESPACE_MAX)]
+NamespaceGlob = Annotated[str, StringConstraints(pattern=NAMESPACE_GLOB_PATTERN, min_length=1, max_length=NAMESPACE_MAX)]
 NamespaceName = Annotated[str, StringConstraints(pattern=DNS_LABEL_PATTERN, max_length=NAMESPACE_MAX)]
 AnnotationKey = Annotated[str, StringConstraints(pattern=ANNOTATION_KEY_PATTERN, max_length=LABEL_KEY_MAX)]
 LabelKey = Annotated[str, StringConstraints(min_length=1, max_length=LABEL_KEY_MAX)]
