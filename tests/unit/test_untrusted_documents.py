@@ -24,20 +24,13 @@ from sunk_sandbox_operator.core.scheduler import discover, scheduler_condition
 from sunk_sandbox_operator.core.scheduler_conf import parse_scheduler_conf
 
 from tests.unit.fakes import FakeKube, binding_body, discovery, harness_fixture, namespace  # noqa: F401 (fixture)
-from tests.unit.test_untrusted import BOMB
+from tests.unit.test_untrusted import BOMB, scans  # noqa: F401 (fixture)
 
 PATH = "scheduler.scope.namespaces"
 REFUSED = "refused as untrusted input: it holds a YAML alias (`*l0` at line 7, column 10)"
 OURS = lg.Ledger({"slurm/b": lg.Entry(("ds-a",), ())})
 CONF = "scheduler:\n  scope:\n    type: namespace\n    namespaces: [team]\n"
 
-
-@pytest.fixture
-def scans(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    seen: list[int] = []
-    scan = untrusted._scan
-    monkeypatch.setattr(untrusted, "_scan", lambda text: (seen.append(len(text)), scan(text))[1])
-    return seen
 
 
 # ---------------------------------------------------------------- the scheduler ConfigMap, through the sync
