@@ -37,3 +37,11 @@ def test_handlers_module_holds_decorated_functions_only():
             assert len(node.body) <= 4, f"{node.name} in handlers.py does more than hand over to the controller"
         else:
             assert isinstance(node, (ast.Import, ast.ImportFrom, ast.Expr, ast.Assign)), ast.dump(node)[:80]
+
+
+def test_delayed_actions_go_through_the_timer_seam():
+    """Every delay of the shell sleeps on the injected clock (controller/timers.py): no event-loop
+    timers that unit tests could only wait out on the wall clock."""
+    offenders = [str(p.relative_to(ROOT)) for p in PACKAGE.rglob("*.py")
+                 if any(t in p.read_text() for t in ("call_later(", "call_at("))]
+    assert not offenders, offenders

@@ -308,5 +308,5 @@ async def test_the_helmrelease_and_its_configmap_are_watched_in_their_namespace(
     assert {w for w in depends.wanted(same_ns) if w.kind == "ConfigMap"} == {Watched("ConfigMap", "slurm")}
     h.ctx.depends.event(Watched("HelmRelease", "flux-apps"), "MODIFIED",
                         {"metadata": {"namespace": "flux-apps", "name": "slurm", "resourceVersion": "7"}})
-    await asyncio.sleep(depends.KICK_SECONDS * 2.5)
+    await h.clock.advance(depends.KICK_SECONDS)
     assert state.wake.is_set() and not same_ns.wake.is_set()

@@ -206,5 +206,5 @@ def test_forget_without_a_re_judge_is_harmless() -> None:
     from sunk_sandbox_operator.controller.state import BindingState
 
     state = BindingState("slurm", "b", binding_body())
-    cplacement.forget(state)
+    state.close()
     assert state.placement.recheck is None

@@ -17,7 +17,6 @@ from tests.unit.fakes import binding_body, discovery, harness_fixture  # noqa: F
 from tests.unit.test_scope_controller import listed, scope_hash_of, world
 
 OURS = "sunk-sandbox-operator"
-WAIT = depends.KICK_SECONDS * 2.5
 
 
 # ---------------------------------------------------------------- what is watched, and who is woken
@@ -55,19 +54,19 @@ async def test_an_event_wakes_only_the_bindings_it_concerns_once_per_burst(harne
     for i in range(5):  # a Helm upgrade touches several objects at once
         cm_event(h, str(10 + i), "cm")
     assert not mine.wake.is_set()            # coalesced over KICK_SECONDS
-    await asyncio.sleep(WAIT)
+    await h.clock.advance(depends.KICK_SECONDS)
     assert mine.wake.is_set() and not other.wake.is_set()
     assert h.ctx.metrics.dependency_wakes._value.get() == 1
     # A pod of another app in the scheduler namespace concerns nobody.
     mine.wake.clear()
     h.ctx.depends.event(Watched("Pod", "slurm", None), "ADDED",
                         {"metadata": {"namespace": "slurm", "name": "x", "labels": {"app": "other"}}})
-    await asyncio.sleep(WAIT)
+    await h.clock.advance(depends.KICK_SECONDS)
     assert not mine.wake.is_set()
     h.ctx.depends.event(Watched("Pod", "slurm", None), "ADDED",
                         {"metadata": {"namespace": "slurm", "name": "s", "resourceVersion": "3",
                                       "labels": {"app.kubernetes.io/name": "sunk-scheduler"}}})
-    await asyncio.sleep(WAIT)
+    await h.clock.advance(depends.KICK_SECONDS)
     assert mine.wake.is_set()
 
 
@@ -76,11 +75,11 @@ async def test_the_echo_of_our_own_write_wakes_nobody(harness) -> None:
     state = h.binding(binding_body())
     cm_event(h, "42")
     h.ctx.depends.wrote("ConfigMap", "slurm", "cm", "42")  # the write's answer arrives after its event
-    await asyncio.sleep(WAIT)
+    await h.clock.advance(depends.KICK_SECONDS)
     assert not state.wake.is_set()
     # The next change by someone else (a new resourceVersion) does wake it.
     cm_event(h, "43")
-    await asyncio.sleep(WAIT)
+    await h.clock.advance(depends.KICK_SECONDS)
     assert state.wake.is_set()
 
 
@@ -91,12 +90,12 @@ async def test_echoes_of_a_burst_of_our_writes_wake_nobody_but_a_foreign_write_a
         h.ctx.depends.wrote("ConfigMap", "slurm", "cm", rv)  # group commit: writes answered back to back
     for rv in ("41", "42", "43"):
         cm_event(h, rv)  # ... their echoes arrive after the last answer
-    await asyncio.sleep(WAIT)
+    await h.clock.advance(depends.KICK_SECONDS)
     assert not state.wake.is_set()  # not a full reconcile per write of a burst
     h.ctx.depends.wrote("ConfigMap", "slurm", "cm", "45")
     cm_event(h, "44")  # someone else's write between two of ours, all within one kick window
     cm_event(h, "45")
-    await asyncio.sleep(WAIT)
+    await h.clock.advance(depends.KICK_SECONDS)
     assert state.wake.is_set()
 
 
@@ -105,11 +104,11 @@ async def test_an_application_event_concerns_the_binding_targeting_it(harness) -
     argo = h.binding(binding_body(scope={"target": {"kind": "ArgoCDApplication", "application": {"name": "slurm"}}}))
     h.ctx.depends.event(Watched("Application", "argocd"), "MODIFIED",
                         {"metadata": {"namespace": "argocd", "name": "another", "resourceVersion": "1"}})
-    await asyncio.sleep(WAIT)
+    await h.clock.advance(depends.KICK_SECONDS)
     assert not argo.wake.is_set()
     h.ctx.depends.event(Watched("Application", "argocd"), "MODIFIED",
                         {"metadata": {"namespace": "argocd", "name": "slurm", "resourceVersion": "2"}})
-    await asyncio.sleep(WAIT)
+    await h.clock.advance(depends.KICK_SECONDS)
     assert argo.wake.is_set()
 
 

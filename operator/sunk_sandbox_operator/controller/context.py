@@ -24,6 +24,7 @@ from .failpoints import Failpoints
 from .config import Config
 from ..core.tenancy import TenancyPolicy
 from .depends import Dependencies
+from .timers import Timers
 from .state import BindingState, Registry
 
 
@@ -74,6 +75,7 @@ class Context:
     listed_bindings: frozenset[str] | None = None   # namespace/name of every allowed binding, as last listed
     admissions: dict[tuple[str, int | None], bool] = field(default_factory=dict)  # (uid, generation) -> allowed
     depends: Dependencies = None  # type: ignore[assignment]  # scheduler objects and scope targets (built below)
+    timers: Timers = None  # type: ignore[assignment]  # delayed actions on the injected clock (built below)
 
     def __post_init__(self) -> None:
         if self.event_sink is None:
@@ -83,6 +85,7 @@ class Context:
             self.metrics = Metrics(lambda: self.bindings.samples())
         if self.depends is None:
             self.depends = Dependencies(self)
+        self.timers = Timers(self.monotonic, self.sleep)
         self.tenancy = self.config.tenancy()
         self.bindings.excluded = self.tenancy.system
         self.bindings.bound = self.tenancy.namespace_bound
@@ -90,8 +93,7 @@ class Context:
     def reset_bindings(self) -> None:
         """Forget every binding (leadership lost): the next leader term starts from the API's state."""
         for state in self.bindings:
-            if state.kick_handle is not None:
-                state.kick_handle.cancel()
+            state.close()
         self.bindings = Registry(self.bindings.excluded, self.bindings.bound)
         self.depends.refresh()  # no bindings: every dependency watch stops
 
@@ -105,14 +107,6 @@ class Context:
             gc.freeze()
             _return_free_memory()
         self.namespaces.ready = True
-
-    def later(self, delay: float, fn: Callable[[], None]) -> asyncio.Task:
-        """Call `fn` after `delay` seconds of the injected clock (tests drive it); cancel the task to
-        drop it. Delayed actions go through here, not the event loop's wall-clock timers."""
-        async def run() -> None:
-            await self.sleep(delay)
-            fn()
-        return asyncio.get_running_loop().create_task(run())
 
     def event(self, state: BindingState, kind: str, reason: str, message: str) -> None:
         self._post(state.body, kind, reason, message)

@@ -235,4 +235,4 @@ def kick(ctx: Context, state: BindingState, obj: ObjKey, resource_version: str) 
             ctx.metrics.dependency_wakes.inc()
             state.wake.set()
 
-    state.kick_handle = asyncio.get_running_loop().call_later(KICK_SECONDS, fire)
+    state.kick_handle = ctx.timers.later(KICK_SECONDS, fire, "dependency kick")

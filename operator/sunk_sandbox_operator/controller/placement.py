@@ -8,7 +8,6 @@ cache without listing pods again.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Iterator
 
 from ..api.keys import PARTITION_ANNOTATION
@@ -112,24 +111,15 @@ def _recheck_at(ctx: Context, state: BindingState, end: float | None, now: float
     (clocks) schedules the next one."""
     mem = state.placement
     if end is None or now is None:
-        forget(state)
+        state.close_placement_timer()
         return
     if mem.recheck is not None and not mem.recheck.done() and mem.recheck_for == end:
         return
-    forget(state)
+    state.close_placement_timer()
     delay = end + 1.0 - now  # one-second resolution: the window's last second is still inside it
 
-    async def later() -> None:
-        await ctx.sleep(delay)
+    def due() -> None:
         mem.recheck, mem.recheck_for = None, None
         request_flush(ctx, state, before=report)
 
-    mem.recheck, mem.recheck_for = asyncio.get_running_loop().create_task(later()), end
-
-
-def forget(state: BindingState) -> None:
-    """Cancel the pending propagation-window re-judge, if any (binding gone, shutdown, verdict changed)."""
-    mem = state.placement
-    if mem.recheck is not None:
-        mem.recheck.cancel()
-    mem.recheck, mem.recheck_for = None, None
+    mem.recheck, mem.recheck_for = ctx.timers.later(delay, due, "placement window re-judge"), end

@@ -198,12 +198,7 @@ async def finalize(ctx: Context, state: BindingState) -> None:
 
 def forget(ctx: Context, state: BindingState) -> None:
     """The binding is gone: stop its timers and tasks, drop its state (and so its metrics)."""
-    scope.forget(state)
-    placement.forget(state)
-    if state.flusher is not None:
-        state.flusher.cancel()
-    if state.kick_handle is not None:
-        state.kick_handle.cancel()
+    state.close()
     ctx.bindings.forget(state.key)
     ctx.depends.refresh()
 
@@ -211,7 +206,4 @@ def forget(ctx: Context, state: BindingState) -> None:
 async def shutdown(ctx: Context) -> None:
     for state in ctx.bindings:
         await policy.close(state)
-        scope.forget(state)
-        placement.forget(state)
-        if state.flusher is not None:
-            state.flusher.cancel()
+        state.close()

@@ -15,7 +15,6 @@ One sync runs at a time per binding (a lock); signals during a sync cause one mo
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 from ..adapters import kube as k
@@ -61,19 +60,6 @@ def memory(ctx: Context, state: BindingState) -> ScopeMemory:
                              sleep=ctx.sleep, name=f"scope sync of {state.ref}"),
         )
     return state.scope
-
-
-def forget(state: BindingState) -> None:
-    mem = state.scope
-    if mem is not None:
-        mem.syncer.cancel()
-        if mem.roll_timer is not None:
-            mem.roll_timer.cancel()
-            mem.roll_timer = None
-        for handle in (mem.recheck_handle, mem.retry_handle):
-            if handle is not None:
-                handle.cancel()
-        mem.recheck_handle = mem.retry_handle = None
 
 
 # ---------------------------------------------------------------- signals
@@ -146,7 +132,7 @@ def _recheck(ctx: Context, mem: ScopeMemory) -> None:
         def later() -> None:
             mem.recheck_handle = None
             _recheck(ctx, mem)
-        mem.recheck_handle = asyncio.get_running_loop().call_later(mem.next_recheck - now, later)
+        mem.recheck_handle = ctx.timers.later(mem.next_recheck - now, later, "pod-triggered re-read")
 
 
 async def _signalled_sync(ctx: Context, state: BindingState) -> None:
@@ -175,7 +161,7 @@ def _retry_later(ctx: Context, part: Part, mem: ScopeMemory) -> None:
     mem.failures += 1
     if mem.retry_handle is not None:
         mem.retry_handle.cancel()
-    mem.retry_handle = asyncio.get_running_loop().call_later(delay, mem.syncer.signal)
+    mem.retry_handle = ctx.timers.later(delay, mem.syncer.signal, "scope retry")
 
 
 # ---------------------------------------------------------------- one sync
@@ -358,7 +344,7 @@ def _roll_later(ctx: Context, mem: ScopeMemory, wait: float) -> None:
     def due() -> None:
         mem.roll_timer = None
         mem.syncer.signal()
-    mem.roll_timer = ctx.later(wait, due)
+    mem.roll_timer = ctx.timers.later(wait, due, "folded scheduler roll")
 
 
 def _rolls(mem: ScopeMemory | None) -> dict[str, str]:
@@ -395,7 +381,7 @@ def _other_manager(ctx: Context, state: BindingState, mem: ScopeMemory, target: 
 async def restore(ctx: Context, state: BindingState, discover) -> None:
     """deletionPolicy Restore: remove the namespaces we added (not alwaysInclude/preexisting) and our RoleBindings."""
     mem = memory(ctx, state)
-    forget(state)
+    state.close()  # no more signalled syncs, retries or rolls while (and after) it restores
     async with mem.lock:
         if state.spec is None:
             return

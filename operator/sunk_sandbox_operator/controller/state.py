@@ -24,6 +24,7 @@ from ..core.selectors import ParsedSelector
 if TYPE_CHECKING:
     from ..adapters.runnerapi.client import RunnerClient
     from .coalescer import Coalescer
+    from .timers import Timer
 
 Key = tuple[str, str]  # (namespace, name)
 
@@ -50,9 +51,9 @@ class ScopeMemory:
     grants: set[str] | None = None             # namespaces holding our RoleBinding (None: not listed yet)
     pod_signalled: set[str] = field(default_factory=set)  # namespaces a stuck pod named before the watch did
     next_recheck: float = 0.0                  # a pod in a listed namespace may re-read the target after this
-    recheck_handle: asyncio.TimerHandle | None = None
+    recheck_handle: "Timer | None" = None
     failures: int = 0                          # consecutive transient failures (retry backoff)
-    retry_handle: asyncio.TimerHandle | None = None
+    retry_handle: "Timer | None" = None
     parsed: dict = field(default_factory=dict)  # the target's list as last parsed, by object version
     roll_due: bool = False                     # we wrote the list and the scheduler has not been rolled onto it
     sandbox: set[str] | None = None            # namespaces that belong, kept current by namespace events
@@ -65,7 +66,7 @@ class ScopeMemory:
     denied_asked: float = float("-inf")        # when the denied ones were last asked again (monotonic)
     target_ref: dict | None = None             # the target `added`/`preexisting` belong to (status.scope.target)
     last_roll: float | None = None             # when this process last rolled the scheduler (monotonic)
-    roll_timer: "asyncio.Task | None" = None   # the folded roll at the end of minRollInterval
+    roll_timer: "Timer | None" = None          # the folded roll at the end of minRollInterval
     next_roll_at: str | None = None            # ... its time, for status.scope.nextRollTime
     last_roll_at: str | None = None            # status.scope.lastRollTime
 
@@ -94,7 +95,7 @@ class PlacementMemory:
     tracker: PlacementTracker = field(default_factory=PlacementTracker)
     expectations: PodExpectations | None = None
     hazard_events: dict[str, float] = field(default_factory=dict)  # kind -> when last posted (monotonic)
-    recheck: "asyncio.Task | None" = None      # one re-judge at the end of the propagation window
+    recheck: "Timer | None" = None             # one re-judge at the end of the propagation window
     recheck_for: float | None = None           # the window end (epoch seconds) it was scheduled for
 
 
@@ -135,7 +136,7 @@ class BindingState:
     counters: BindingCounters = field(default_factory=BindingCounters)
     deleted: bool = False
     kicks: dict = field(default_factory=dict)            # dependency events not yet acted on: obj -> {rv}
-    kick_handle: asyncio.TimerHandle | None = None       # the pending wake for them (controller/depends.py)
+    kick_handle: "Timer | None" = None                   # the pending wake for them (controller/depends.py)
     excluded: Callable[[str], bool] | None = None         # system namespaces: never matched by glob/selector
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one reconcile or finalize at a time
     bound: ParsedSelector | None = None                   # --sandbox-namespace-selector: never matched outside
@@ -198,6 +199,30 @@ class BindingState:
     def active(self) -> bool:
         """Reconciled at least once, parsed, not deleted, and not the younger of two on a runner."""
         return self.spec is not None and not self.deleted and self.conflict_checked and not self.conflict
+
+    def close(self) -> None:
+        """Stop everything pending for this binding: its scope syncs and status flushes, and every
+        timer (kick, retry, pod re-read, folded roll, placement re-judge). The one teardown: on
+        deletion, at shutdown, when leadership is lost, before a Restore."""
+        for coalescer in (self.flusher, self.scope.syncer if self.scope else None):
+            if coalescer is not None:
+                coalescer.cancel()
+        self.close_placement_timer()
+        timers = [self.kick_handle]
+        if self.scope is not None:
+            timers += [self.scope.recheck_handle, self.scope.retry_handle, self.scope.roll_timer]
+            self.scope.recheck_handle = self.scope.retry_handle = self.scope.roll_timer = None
+        self.kick_handle = None
+        for timer in timers:
+            if timer is not None:
+                timer.cancel()
+
+    def close_placement_timer(self) -> None:
+        """Cancel the pending propagation-window re-judge, if any."""
+        mem = self.placement
+        if mem.recheck is not None:
+            mem.recheck.cancel()
+        mem.recheck, mem.recheck_for = None, None
 
     def update_body(self, body: dict) -> None:
         self.body = body
