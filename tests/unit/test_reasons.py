@@ -59,3 +59,24 @@ def test_no_reason_is_spelled_outside_the_reasons_module():
                 if literal in names:
                     offenders.append(f"{path.relative_to(ROOT)}:{n}: {literal}")
     assert not offenders, offenders
+
+
+def events_rows() -> list[tuple[str, str, str]]:
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Events"):text.index("## Threat model")]
+    return [m.groups() for line in section.splitlines()
+            if (m := re.match(r"^\| `([A-Za-z]+)` \| (Normal|Warning) \| (.*) \|$", line))]
+
+
+def test_readme_events_table_is_the_event_reasons_module():
+    from sunk_sandbox_operator.api import events
+
+    assert events_rows() == events.table()
+
+
+def test_every_event_the_code_posts_has_a_declared_reason():
+    """ctx.event takes an EventReason member (its type comes with it); no bare reason strings."""
+    pkg = ROOT / "operator" / "sunk_sandbox_operator"
+    offenders = [f"{p.relative_to(ROOT)}:{n}" for p in pkg.rglob("*.py")
+                 for n, line in enumerate(p.read_text().splitlines(), 1) if re.search(r'ctx\.event\([^,]+, "', line)]
+    assert not offenders, offenders

@@ -19,6 +19,7 @@ from ..adapters import events
 from ..adapters.kube import Kube
 from ..adapters.metrics import Metrics
 from ..adapters.ownership import OwnershipStore
+from ..api.events import EventReason
 from .caches import NamespaceCache, PodCache
 from .failpoints import Failpoints
 from .config import Config
@@ -108,5 +109,10 @@ class Context:
             _return_free_memory()
         self.namespaces.ready = True
 
-    def event(self, state: BindingState, kind: str, reason: str, message: str) -> None:
+    def event(self, state: BindingState, reason: EventReason, message: str) -> None:
+        """An event on the binding; its type comes with the reason (api/events.py)."""
+        self._post(state.body, reason.type, reason.value, message)
+
+    def transition(self, state: BindingState, kind: str, reason: str, message: str) -> None:
+        """A condition's transition, posted with the condition's own reason (the status writer's)."""
         self._post(state.body, kind, reason, message)

@@ -6,6 +6,7 @@ turns failures into a ScopeSynced problem with the fix.
 
 from __future__ import annotations
 
+from ..api.events import EventReason
 from ..adapters import grants as io
 from ..adapters import kube as k
 from ..adapters.targets import TargetProblem
@@ -77,7 +78,7 @@ async def sync(ctx: Context, state: BindingState, mem: ScopeMemory, grantable: l
             errors.append(f"create in {ns}: {err}")
     if created or removed:
         parts = [f"created in {sc.names(created)}" if created else "", f"removed from {sc.names(removed)}" if removed else ""]
-        ctx.event(state, "Normal", "ScopeGrantsUpdated", f"RoleBinding {g.rolebinding_name(state.uid)} "
+        ctx.event(state, EventReason.SCOPE_GRANTS_UPDATED, f"RoleBinding {g.rolebinding_name(state.uid)} "
                   f"to ClusterRole {role or '-'}: " + "; ".join(x for x in parts if x))
     if errors:
         fix = (f" The operator needs `bind` on ClusterRole {role} (add it to resourceNames in manifests/rbac.yaml)."
@@ -95,7 +96,7 @@ async def remove_all(ctx: Context, state: BindingState, mem: ScopeMemory | None)
         ours = [rb["metadata"] for rb in found if g.is_ours(rb, state.uid, _legacy_name(state))]
         await io.delete(ctx.kube, [(m["namespace"], m["name"], m.get("uid")) for m in ours])
     except k.Forbidden as exc:
-        ctx.event(state, "Warning", "ScopeNotRestored", f"RoleBindings not removed: {exc}")
+        ctx.event(state, EventReason.SCOPE_NOT_RESTORED, f"RoleBindings not removed: {exc}")
         return
     if mem is not None:
         mem.grants = set()

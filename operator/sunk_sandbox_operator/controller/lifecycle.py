@@ -17,6 +17,7 @@ from ..adapters.kube import Kube, load_configuration
 from ..adapters.kubehttp import KubeHTTP
 from ..adapters.ownership import OwnershipStore
 from ..api import keys
+from ..api.events import EventReason
 from . import reconcile, watch
 from .config import Config, load
 from .context import Context
@@ -127,7 +128,7 @@ async def binding_deleted(ctx: Context, body: dict, attempt: int) -> float | Non
             log.warning("restore of %s failed (attempt %d): %s", state.ref, attempt + 1, exc)
             return ctx.config.restore_retry_delay_seconds
         # Give up rather than block the deletion (and its namespace) forever; say what is left.
-        ctx.event(state, "Warning", "RestoreAbandoned",
+        ctx.event(state, EventReason.RESTORE_ABANDONED,
                   f"could not put back what the operator changed after {attempt + 1} attempts ({exc}); the "
                   "binding is released: check the runner policy (status.policy.owned) and the scope list by hand")
         log.warning("restore of %s abandoned after %d attempts: %s", state.ref, attempt + 1, exc)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from ..api.events import EventReason
 from ..api.keys import PARTITION_ANNOTATION
 from ..core import grace, placement
 from ..core.compose import Part
@@ -86,7 +87,7 @@ def hazard_event(ctx: Context, state: BindingState, kind: str, pod_ref: str) -> 
     if now - state.placement.hazard_events.get(kind, -1e9) < ctx.config.hazard_event_interval_seconds:
         return
     state.placement.hazard_events[kind] = now
-    ctx.event(state, "Warning", kind, placement.hazard_message(kind, pod_ref))
+    ctx.event(state, EventReason(kind), placement.hazard_message(kind, pod_ref))
 
 
 def report(ctx: Context, state: BindingState) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 
+from ..api.events import EventReason
 from ..adapters import kube as k
 from ..adapters.runnerapi import client as rc
 from ..adapters.runnerapi import errors as rerr
@@ -165,7 +166,7 @@ async def sync(ctx: Context, state: BindingState, scheduler_name: str | None, *,
         state.counters.policy_writes += 1
         if d.drift:
             state.counters.drift_corrections += 1
-        ctx.event(state, "Normal", PolicySynced.DRIFT_CORRECTED if d.drift else "PolicyUpdated",
+        ctx.event(state, EventReason.DRIFT_CORRECTED if d.drift else EventReason.POLICY_UPDATED,
                   f"runner {spec.runner.id} policy: " + "; ".join(d.changes[:8]))
         return decide.written(obs, d, written.etag, ctx.now_iso())
 
@@ -205,14 +206,14 @@ async def restore(ctx: Context, state: BindingState) -> None:
         try:
             runner = await api.get_managed_runner(runner_id)
         except rerr.NotFound:
-            ctx.event(state, "Normal", "RunnerGone", f"runner {runner_id} no longer exists: nothing to restore in its policy")
+            ctx.event(state, EventReason.RUNNER_GONE, f"runner {runner_id} no longer exists: nothing to restore in its policy")
             return
         restored = pol.restore(runner.policy, owned)
         if pol.strict_equal(restored, runner.policy):
             return
         ctx.kube.check_writable()  # the runner API is outside the Kube adapter: same gate
         await api.update_managed_runner(runner_id, identity=runner.identity, policy=restored, etag=runner.etag)
-        ctx.event(state, "Normal", "PolicyRestored",
+        ctx.event(state, EventReason.POLICY_RESTORED,
                   f"runner {runner_id} policy: " + "; ".join(pol.diff(runner.policy, restored)[:8]))
 
     await retry.optimistic(attempt, lost_race=_stale, retries=ctx.config.policy_conflict_retries, sleep=ctx.sleep)

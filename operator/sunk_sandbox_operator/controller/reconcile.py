@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 
+from ..api.events import EventReason
 from ..adapters import kube as k
 from ..adapters import scheduler as sched
 from ..api.reasons import CONDITION_TYPES, Common
@@ -181,7 +182,7 @@ async def finalize(ctx: Context, state: BindingState) -> None:
                 # Its token is never sent to a URL the operator does not allow, even to restore; the
                 # RoleBindings granted for it are ours alone and go.
                 await grants.revoke(ctx, state)
-                ctx.event(state, "Warning", "RestoreSkipped", "the binding asks what the operator's settings do "
+                ctx.event(state, EventReason.RESTORE_SKIPPED, "the binding asks what the operator's settings do "
                           "not allow; nothing was restored (check the runner policy and the scope list by hand if "
                           "it wrote anything before the settings changed)")
                 await policy.forget(ctx, state)

@@ -8,6 +8,7 @@ other list meanwhile (`rewrites_running_list`, from managedFields times: the API
 
 from __future__ import annotations
 
+from ..api.events import EventReason
 from ..adapters import kube as k
 from ..adapters import scheduler as sched
 from ..adapters import targets
@@ -64,6 +65,6 @@ async def roll(ctx: Context, state: BindingState, values: list[str], *, wrote: b
                                     f"{ns}/{decision.workload}: {exc}; {grant_targets(ns)}") from None
     if rolled:
         gen = f", {SCOPE_GENERATION_ANNOTATION}={decision.generation}" if decision.generation is not None else ""
-        ctx.event(state, "Normal", "SchedulerRestarted", f"{decision.kind} {ns}/{decision.workload}: pod-template "
+        ctx.event(state, EventReason.SCHEDULER_RESTARTED, f"{decision.kind} {ns}/{decision.workload}: pod-template "
                   f"{SCOPE_HASH_ANNOTATION}={decision.hash}{gen} (the watched list was written since the last roll)")
     return None, rolled

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 
+from ..api.events import EventReason
 from ..adapters import kube as k
 from ..adapters import targets
 from ..api.reasons import ScopeSynced
@@ -292,7 +293,7 @@ async def _sync_inner(ctx: Context, state: BindingState, mem: ScopeMemory, perio
         if started is not None:
             ctx.metrics.scope_sync_latency.observe(ctx.monotonic() - started)
         restored = f" (put back after another writer removed {sc.names(decision.reverted)})" if decision.reverted else ""
-        ctx.event(state, "Normal", "ScopeUpdated", sc.change_message(target.describe(), decision.diff) + restored)
+        ctx.event(state, EventReason.SCOPE_UPDATED, sc.change_message(target.describe(), decision.diff) + restored)
 
     notes: list[str] = []
     problem: tuple[str, str] | None = None
@@ -370,7 +371,7 @@ def _other_manager(ctx: Context, state: BindingState, mem: ScopeMemory, target: 
     manager = managers.other_manager(read.obj.get("metadata"), target.describe())
     if manager is not None and mem.manager_warned != manager.describe():
         mem.manager_warned = manager.describe()
-        ctx.event(state, "Warning", "TargetManagedElsewhere", f"{manager.describe()} also writes {target.describe()}: "
+        ctx.event(state, EventReason.TARGET_MANAGED_ELSEWHERE, f"{manager.describe()} also writes {target.describe()}: "
                   f"{manager.fix}")
     return manager
 
@@ -396,5 +397,5 @@ async def restore(ctx: Context, state: BindingState, discover) -> None:
                 await sr.leave(ctx, state, mem, target.ref())  # switched, and deleted before the next sync
             await sr.restore_target(ctx, state, mem, target)
         except targets.TargetProblem as p:
-            ctx.event(state, "Warning", "ScopeNotRestored", f"{p.message}; the list was left as is")
+            ctx.event(state, EventReason.SCOPE_NOT_RESTORED, f"{p.message}; the list was left as is")
         await grants.remove_all(ctx, state, mem)

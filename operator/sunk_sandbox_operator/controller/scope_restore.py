@@ -8,6 +8,7 @@ claim.
 
 from __future__ import annotations
 
+from ..api.events import EventReason
 from ..adapters import kube as k
 from ..adapters import targets
 from ..core import scope as sc
@@ -41,13 +42,13 @@ async def leave(ctx: Context, state: BindingState, mem: ScopeMemory, new_ref: di
     binding's namespace may no longer reach is not touched (said in an event)."""
     old = targets.from_ref(ctx.kube, mem.target_ref) if mem.target_ref else None
     if old is not None and not ctx.tenancy.may_reach(state.namespace, old.namespace):
-        ctx.event(state, "Warning", "ScopeNotRestored", f"the scope target moved from {old.describe()}, which "
+        ctx.event(state, EventReason.SCOPE_NOT_RESTORED, f"the scope target moved from {old.describe()}, which "
                   f"bindings in {state.namespace} may not reach: the names added there were left as they are")
     elif old is not None:
         try:
             await restore_target(ctx, state, mem, old, roll=False)
         except targets.TargetProblem as p:
-            ctx.event(state, "Warning", "ScopeNotRestored", f"the scope target moved from {old.describe()}: "
+            ctx.event(state, EventReason.SCOPE_NOT_RESTORED, f"the scope target moved from {old.describe()}: "
                       f"{p.message}; the names added there were left as they are")
     mem.switch_target(new_ref)
 
@@ -75,6 +76,6 @@ async def restore_target(ctx: Context, state: BindingState, mem: ScopeMemory, ta
     if p is None or not p.changed:
         return
     mem.added, mem.known_list = [], frozenset(p.new_list)
-    ctx.event(state, "Normal", "ScopeRestored", f"{target.describe()}: removed {sc.names(p.diff.removed)}")
+    ctx.event(state, EventReason.SCOPE_RESTORED, f"{target.describe()}: removed {sc.names(p.diff.removed)}")
     if roll and target.can_roll and spec.scope.restart_scheduler:
         await rolling.roll(ctx, state, p.new_list, wrote=False)

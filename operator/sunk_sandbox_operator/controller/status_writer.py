@@ -81,4 +81,4 @@ def condition_events(ctx: Context, state: BindingState, old: list[dict], new: li
                 cond["status"] != "False" or before.get("reason") == cond["reason"]):
             continue
         kind = "Warning" if cond["status"] == "False" else "Normal"
-        ctx.event(state, kind, cond["reason"], f"{cond['type']}: {cond.get('message', '')}")
+        ctx.transition(state, kind, cond["reason"], f"{cond['type']}: {cond.get('message', '')}")

@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any, Callable
 
+from ..api.events import EventReason
 from ..api.keys import ANNOTATION_PREFIX
 
 PARTITION_ANNOTATION = ANNOTATION_PREFIX + "partition"
@@ -21,11 +22,11 @@ USER_ID_ANNOTATION = ANNOTATION_PREFIX + "user-id"
 GROUP_ID_ANNOTATION = ANNOTATION_PREFIX + "group-id"
 DEFAULT_GRACE_SECONDS = 30
 
-GUARANTEED_QOS = "GuaranteedQoS"
-GPU_REQUESTED = "GPURequested"
-MISSING_REQUESTS = "MissingRequests"
-NON_NUMERIC_USER_ID = "NonNumericUserId"
-GRACE_TOO_LONG = "GraceTooLong"
+GUARANTEED_QOS = EventReason.GUARANTEED_QOS.value  # hazard kinds: each is a Warning event's reason
+GPU_REQUESTED = EventReason.GPU_REQUESTED.value
+MISSING_REQUESTS = EventReason.MISSING_REQUESTS.value
+NON_NUMERIC_USER_ID = EventReason.NON_NUMERIC_USER_ID.value
+GRACE_TOO_LONG = EventReason.GRACE_TOO_LONG.value
 HAZARDS = (GUARANTEED_QOS, GPU_REQUESTED, MISSING_REQUESTS, NON_NUMERIC_USER_ID, GRACE_TOO_LONG)
 
 _NO_HAZARDS: frozenset[str] = frozenset()
