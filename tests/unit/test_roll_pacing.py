@@ -79,3 +79,16 @@ async def test_a_trickle_of_namespaces_rolls_the_scheduler_at_most_once_per_inte
     from sunk_sandbox_operator.core.scope import scope_hash
     from tests.unit.test_scope_controller import listed, scope_hash_of
     assert scope_hash_of(h) == scope_hash(listed(h))        # the running scheduler has the whole list
+
+
+def test_when_to_roll_is_the_one_answer() -> None:
+    base = dict(can_roll=True, restart=True, observe=False, roll_due=True, periodic=False, burst_goes_on=False,
+                last_roll=None, now=100.0, interval=30.0)
+    assert pacing.when_to_roll(**base) == pacing.RollStep(now=True)                     # first change: at once
+    assert pacing.when_to_roll(**{**base, "last_roll": 90.0}) == pacing.RollStep(wait=20.0)  # folded
+    for never in ({"observe": True}, {"can_roll": False}, {"restart": False}, {"burst_goes_on": True},
+                  {"roll_due": False}):
+        assert pacing.when_to_roll(**{**base, **never}) == pacing.RollStep(), never
+    # A resync with nothing due checks the template at once (level-triggered), rationing aside.
+    assert pacing.when_to_roll(**{**base, "roll_due": False, "periodic": True, "last_roll": 99.0}) == \
+        pacing.RollStep(now=True)

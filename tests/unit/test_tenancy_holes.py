@@ -12,7 +12,7 @@ from sunk_sandbox_operator.core import ledger as lg
 from sunk_sandbox_operator.api.keys import SCOPE_LEDGER_ANNOTATION
 from sunk_sandbox_operator.core.scope_doc import read_list
 
-from tests.unit.fakes import (FakeRunner, binding_body, discovery, harness_fixture, install_runner,  # noqa: F401
+from tests.unit.fakes import (FakeRunner, binding_body, discovery, harness_fixture, install_runner,  # noqa: F401 (fixture)
                               namespace)
 from tests.unit.test_reconcile import CM, NS, cluster
 

@@ -15,9 +15,11 @@ from ..adapters import targets
 from ..api.keys import FIELD_MANAGER, SCOPE_GENERATION_ANNOTATION, SCOPE_HASH_ANNOTATION
 from ..api.reasons import ScopeSynced, grant_targets
 from ..core import managers
+from ..core import roll_pacing as pacing
 from ..core import scope as sc
+from ..core.scheduler_conf import parse_go_duration
 from .context import Context
-from .state import BindingState
+from .state import BindingState, ScopeMemory
 
 
 async def rewrites_running_list(ctx: Context, state: BindingState, target: targets.ScopeTarget,
@@ -68,3 +70,51 @@ async def roll(ctx: Context, state: BindingState, values: list[str], *, wrote: b
         ctx.event(state, EventReason.SCHEDULER_RESTARTED, f"{decision.kind} {ns}/{decision.workload}: pod-template "
                   f"{SCOPE_HASH_ANNOTATION}={decision.hash}{gen} (the watched list was written since the last roll)")
     return None, rolled
+
+
+async def step(ctx: Context, state: BindingState, mem: ScopeMemory, target: targets.ScopeTarget, values: list[str],
+               *, periodic: bool, generation: int | None) -> str | None:
+    """After a sync: roll now, fold into one roll later, or nothing (`core.roll_pacing.when_to_roll`).
+    A note for the condition message, or None; a TargetProblem when the roll is not permitted."""
+    spec = state.spec
+    plan = pacing.when_to_roll(can_roll=target.can_roll, restart=spec.scope.restart_scheduler,
+                               observe=spec.mode == "Observe", roll_due=mem.roll_due, periodic=periodic,
+                               burst_goes_on=not periodic and mem.syncer.pending, last_roll=mem.last_roll,
+                               now=ctx.monotonic(), interval=_min_roll_interval(spec))
+    if plan.wait:
+        _roll_later(ctx, mem, plan.wait)  # folded: one roll at the interval's end carries every change
+        return None
+    if not plan.now:
+        return None
+    note, rolled = await roll(ctx, state, values, wrote=mem.roll_due, generation=generation)
+    mem.roll_due, mem.next_roll_at = False, None
+    if rolled:
+        mem.last_roll, mem.last_roll_at = ctx.monotonic(), ctx.now_iso()
+    return note
+
+
+def _min_roll_interval(spec) -> float:
+    try:
+        return parse_go_duration(spec.scope.min_roll_interval)
+    except ValueError:
+        return 30.0
+
+
+def _roll_later(ctx: Context, mem: ScopeMemory, wait: float) -> None:
+    """One sync at the end of the roll interval (it finds the roll due and makes it)."""
+    if mem.roll_timer is not None and not mem.roll_timer.done():
+        return
+    mem.next_roll_at = pacing.after(ctx.now_iso(), wait)
+
+    def due() -> None:
+        mem.roll_timer = None
+        mem.syncer.signal()
+    mem.roll_timer = ctx.timers.later(wait, due, "folded scheduler roll")
+
+
+def status_times(mem: ScopeMemory | None) -> dict[str, str]:
+    """status.scope.lastRollTime, and nextRollTime while a folded roll is due."""
+    if mem is None:
+        return {}
+    out = {"lastRollTime": mem.last_roll_at} if mem.last_roll_at else {}
+    return {**out, "nextRollTime": mem.next_roll_at} if mem.next_roll_at and mem.roll_due else out
