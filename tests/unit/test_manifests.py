@@ -50,7 +50,7 @@ EXPECTED_CLUSTER_RULES = _rules(
     ("", "namespaces", "list watch", ()),
     ("", "pods", "list watch", ()),
     ("authorization.k8s.io", "subjectaccessreviews", "create", ()),  # may the scheduler watch/bind pods there?
-    ("rbac.authorization.k8s.io", "rolebindings", "list create delete", ()),
+    ("rbac.authorization.k8s.io", "rolebindings", "list watch create delete", ()),
     ("rbac.authorization.k8s.io", "clusterroles", "bind", ("sunk-scheduler-sandbox",)),
     ("", "events", "create patch", ()),
     ("events.k8s.io", "events", "create patch", ()),

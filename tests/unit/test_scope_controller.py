@@ -683,3 +683,27 @@ async def test_signalled_syncs_use_the_set_namespace_events_keep_and_resyncs_rec
     scope.on_sandbox_pod(h.ctx, state, _pod("ds-new"))
     await h.run_until_idle()
     assert listed(h) == ["ds-new", "slurm"]                  # ours that no longer match left; slurm preexisting
+
+
+async def test_a_resync_plans_grants_from_the_rolebinding_informer_not_a_list(harness) -> None:
+    """Issue 20: at 10,000 granted namespaces every no-op resync listed them all again (0.50 CPU-s)."""
+    from sunk_sandbox_operator.controller.caches import GrantCache
+
+    h = harness()
+    state = world(h, namespaces=("slurm", "ds-a", "ds-b"), scope={"grantClusterRole": "sunk-scheduler"})
+    cache = h.ctx.grants = GrantCache()
+    cache.listed = lambda: True
+    await scope.sync(h.ctx, state)
+    for rb in _rolebindings(h).values():   # what the informer delivers
+        cache.apply("ADDED", rb)
+    assert len(cache) == 2 and h.kube.count("list_rolebindings") == 0
+    calls = len(h.kube.calls)
+    await scope.sync(h.ctx, state)          # a resync: plans from the cache, nothing to write
+    assert h.kube.count("list_rolebindings") == 0 and h.kube.count("create_rolebinding") == 2
+    assert not [c for c in h.kube.calls[calls:] if "rolebinding" in c[0]]
+    # Someone deletes one: the cache says so and the next resync creates it again.
+    (ns, name), rb = next(iter(h.kube.store["rolebindings"].items()))
+    del h.kube.store["rolebindings"][(ns, name)]
+    cache.apply("DELETED", rb)
+    await scope.sync(h.ctx, state)
+    assert sorted(_rolebindings(h)) == ["ds-a", "ds-b"] and h.kube.count("create_rolebinding") == 3

@@ -7,10 +7,11 @@ operator needs: a Namespace is (name, labels, terminating), a Pod a `PodRecord`.
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from ..adapters.quantity import parse_quantity
 from ..api.spec import SandboxNamespaces
+from ..core.grants import Grant, grant_of
 from ..core.pods import PodRecord, decode_pod
 from ..core.scope import Matcher, NamespaceInfo, namespace_matches, sandbox_namespaces
 
@@ -125,3 +126,39 @@ class PodCache:
 
     def __len__(self) -> int:
         return len(self._pods)
+
+
+class GrantCache:
+    """The RoleBindings carrying our binding label, as `Grant`s, by binding label value: a grant plan
+    reads them here instead of listing RoleBindings cluster-wide at every resync."""
+
+    def __init__(self) -> None:
+        self._by_binding: dict[str, dict[tuple[str, str], Grant]] = {}
+        self._keys: dict[tuple[str, str], str] = {}   # (namespace, name) -> binding label
+        self.listed: Callable[[], bool] = lambda: False  # its informer's first LIST is in
+
+    @property
+    def ready(self) -> bool:
+        return self.listed()
+
+    def apply(self, event_type: str | None, body: dict) -> None:
+        g = grant_of(body)
+        key = (g.namespace, g.name)
+        old = self._keys.pop(key, None)
+        if old is not None:
+            entries = self._by_binding.get(old, {})
+            entries.pop(key, None)
+            if not entries:
+                self._by_binding.pop(old, None)
+        if event_type != "DELETED":
+            self._by_binding.setdefault(g.binding, {})[key] = g
+            self._keys[key] = g.binding
+
+    def for_binding(self, label: str) -> list[Grant]:
+        return list(self._by_binding.get(label, {}).values())
+
+    def keys(self) -> Iterator[str]:
+        return (f"{ns}/{name}" for ns, name in self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)

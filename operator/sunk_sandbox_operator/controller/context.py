@@ -20,7 +20,7 @@ from ..adapters.kube import Kube
 from ..adapters.metrics import Metrics
 from ..adapters.ownership import OwnershipStore
 from ..api.events import EventReason
-from .caches import NamespaceCache, PodCache
+from .caches import GrantCache, NamespaceCache, PodCache
 from .failpoints import Failpoints
 from .config import Config
 from ..core.tenancy import TenancyPolicy
@@ -61,6 +61,7 @@ class Context:
     bindings: Registry = field(default_factory=Registry)
     namespaces: NamespaceCache = field(default_factory=NamespaceCache)
     pods: PodCache = field(default_factory=PodCache)
+    grants: GrantCache | None = None  # our RoleBindings, when their informer runs (else a grant plan lists them)
     event_sink: Callable[[dict, str, str, str], None] | None = None  # default: core/v1 Events via kube
     metrics: Metrics | None = None
     monotonic: Callable[[], float] = time.monotonic

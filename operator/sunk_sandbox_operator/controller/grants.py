@@ -44,10 +44,7 @@ async def sync(ctx: Context, state: BindingState, mem: ScopeMemory, grantable: l
     if refresh or mem.grants is None:
         if not role and mem.grants == set():
             return  # nothing granted, nothing to grant: no cluster-wide list at every resync
-        try:
-            found = await io.list_ours(ctx.kube, g.selector(state.namespace, state.name))
-        except k.Forbidden as exc:
-            raise TargetProblem(ScopeSynced.FORBIDDEN, f"the operator may not list RoleBindings: {exc}") from None
+        found = await _ours(ctx, state)
     plan = g.plan_grants(role=role, wanted=wanted, known=mem.grants, found=found,
                          want_body=_want_body(state, role), uid=state.uid, legacy_name=_legacy_name(state))
     mem.grants = set(plan.have)
@@ -88,13 +85,25 @@ async def sync(ctx: Context, state: BindingState, mem: ScopeMemory, grantable: l
                             f"({'; '.join(errors[:3])})." + fix)
 
 
+async def _ours(ctx: Context, state: BindingState) -> list[g.Grant]:
+    """The RoleBindings carrying this binding's label: from the RoleBinding informer once it has
+    listed (no API call), else one label-selected LIST."""
+    if ctx.grants is not None and ctx.grants.ready:
+        return ctx.grants.for_binding(g.binding_label(state.namespace, state.name))
+    try:
+        return [g.grant_of(rb) for rb in await io.list_ours(ctx.kube, g.selector(state.namespace, state.name))]
+    except k.Forbidden as exc:
+        raise TargetProblem(ScopeSynced.FORBIDDEN, f"the operator may not list RoleBindings: {exc}") from None
+
+
 async def remove_all(ctx: Context, state: BindingState, mem: ScopeMemory | None) -> None:
     """On deletion, or when the binding is refused: every RoleBinding made for this binding goes
-    (and nothing else that carries its label)."""
+    (and nothing else that carries its label). Listed afresh: a deletion must not miss one the
+    informer has not delivered yet."""
     try:
-        found = await io.list_ours(ctx.kube, g.selector(state.namespace, state.name))
-        ours = [rb["metadata"] for rb in found if g.is_ours(rb, state.uid, _legacy_name(state))]
-        await io.delete(ctx.kube, [(m["namespace"], m["name"], m.get("uid")) for m in ours])
+        found = [g.grant_of(rb) for rb in await io.list_ours(ctx.kube, g.selector(state.namespace, state.name))]
+        ours = [x for x in found if g.is_ours(x, state.uid, _legacy_name(state))]
+        await io.delete(ctx.kube, [(x.namespace, x.name, x.uid) for x in ours])
     except k.Forbidden as exc:
         ctx.event(state, EventReason.SCOPE_NOT_RESTORED, f"RoleBindings not removed: {exc}")
         return

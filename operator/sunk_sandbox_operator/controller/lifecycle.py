@@ -20,6 +20,7 @@ from ..api import keys
 from ..api.events import EventReason
 from . import reconcile, watch
 from .config import Config, load
+from .caches import GrantCache
 from .context import Context
 from .failpoints import Failpoints
 from .state import BindingState
@@ -55,6 +56,13 @@ async def start(logger: logging.Logger, config: Config | None = None) -> Context
                  lambda kind, body: watch.on_pod(ctx, kind, body), ctx.pods.keys,
                  page_size=config.list_page_size, name="sandbox pod informer"),
     ]
+    grants = ctx.grants = GrantCache()
+    # Our grant RoleBindings (label-selected): a resync plans from them instead of a cluster-wide LIST.
+    informer = Informer(http, Resource("/apis/rbac.authorization.k8s.io/v1/rolebindings",
+                                       label_selector=keys.BINDING_LABEL),
+                        grants.apply, grants.keys, page_size=config.list_page_size, name="grant RoleBinding informer")
+    grants.listed = informer.ready.is_set
+    ctx.informers.append(informer)
     ctx.tasks = [asyncio.create_task(i.run(), name=i.name) for i in ctx.informers]
     ctx.http = http
     return ctx

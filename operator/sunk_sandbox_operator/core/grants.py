@@ -50,13 +50,39 @@ def selector(namespace: str, name: str) -> str:
     return f"{BINDING_LABEL}={binding_label(namespace, name)}"
 
 
-def is_ours(rb: Mapping, uid: str, legacy_name: str) -> bool:
-    """Made for this binding: its UID label, or (before UID labels) the legacy name without one."""
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """The few facts of a RoleBinding carrying our label that a grant plan reads (what the RoleBinding
+    informer keeps: 10,000 of them are a few MiB, not the objects)."""
+
+    namespace: str
+    name: str
+    uid: str | None
+    binding: str                 # the BINDING_LABEL value
+    binding_uid: str | None      # the BINDING_UID_LABEL value (None: made before UID labels)
+    managed: bool                # labelled app.kubernetes.io/managed-by: sunk-sandbox-operator
+    role: tuple[str, str, str]   # roleRef (apiGroup, kind, name)
+    subjects: tuple[tuple[str, str, str], ...]  # (kind, name, namespace)
+
+
+def grant_of(rb: Mapping) -> Grant:
     meta = rb.get("metadata") or {}
     labels = meta.get("labels") or {}
-    if BINDING_UID_LABEL in labels:
-        return labels[BINDING_UID_LABEL] == uid
-    return meta.get("name") == legacy_name and labels.get(MANAGED_BY_LABEL[0]) == MANAGED_BY_LABEL[1]
+    ref = rb.get("roleRef") or {}
+    return Grant(str(meta.get("namespace") or ""), str(meta.get("name") or ""), meta.get("uid"),
+                 str(labels.get(BINDING_LABEL) or ""), labels.get(BINDING_UID_LABEL),
+                 labels.get(MANAGED_BY_LABEL[0]) == MANAGED_BY_LABEL[1],
+                 (str(ref.get("apiGroup") or ""), str(ref.get("kind") or ""), str(ref.get("name") or "")),
+                 tuple((str(s.get("kind") or ""), str(s.get("name") or ""), str(s.get("namespace") or ""))
+                       for s in rb.get("subjects") or () if isinstance(s, Mapping)))
+
+
+def is_ours(rb: Mapping | Grant, uid: str, legacy_name: str) -> bool:
+    """Made for this binding: its UID label, or (before UID labels) the legacy name without one."""
+    g = rb if isinstance(rb, Grant) else grant_of(rb)
+    if g.binding_uid is not None:
+        return g.binding_uid == uid
+    return g.name == legacy_name and g.managed
 
 
 def rolebinding(binding_ns: str, binding_name: str, uid: str, namespace: str, cluster_role: str,
@@ -72,11 +98,10 @@ def rolebinding(binding_ns: str, binding_name: str, uid: str, namespace: str, cl
     }
 
 
-def is_current(found: Mapping, want: Mapping) -> bool:
-    return (found["metadata"].get("name") == want["metadata"]["name"]
-            and (found["metadata"].get("labels") or {}).get(BINDING_UID_LABEL)
-            == want["metadata"]["labels"][BINDING_UID_LABEL]
-            and found.get("roleRef") == want["roleRef"] and found.get("subjects") == want["subjects"])
+def is_current(found: Mapping | Grant, want: Mapping | Grant) -> bool:
+    f = found if isinstance(found, Grant) else grant_of(found)
+    w = want if isinstance(want, Grant) else grant_of(want)
+    return (f.name, f.binding_uid, f.role, f.subjects) == (w.name, w.binding_uid, w.role, w.subjects)
 
 
 def grantable(listed: Iterable[str], sandbox: Container[str], always: Container[str],
@@ -105,7 +130,7 @@ class GrantPlan:
         return not self.to_create and not self.to_delete
 
 
-def plan_grants(*, role: str, wanted: Iterable[str], known: set[str] | None, found: list[Mapping] | None,
+def plan_grants(*, role: str, wanted: Iterable[str], known: set[str] | None, found: Iterable[Mapping | Grant] | None,
                 want_body: Callable[[str], dict], uid: str, legacy_name: str) -> GrantPlan:
     """`found` (a fresh list of RoleBindings carrying our label) wins over `known` (what we believe we
     hold). Only ours in `found` count (`is_ours`): a look-alike is neither granted nor deleted.
@@ -117,14 +142,13 @@ def plan_grants(*, role: str, wanted: Iterable[str], known: set[str] | None, fou
     out = GrantPlan()
     if found is not None:
         for rb in found:
-            if not is_ours(rb, uid, legacy_name):
+            g = rb if isinstance(rb, Grant) else grant_of(rb)
+            if not is_ours(g, uid, legacy_name):
                 continue
-            meta = rb["metadata"]
-            ns = meta["namespace"]
-            if role and ns in want and ns not in out.have and is_current(rb, want_body(ns)):
-                out.have.add(ns)
+            if role and g.namespace in want and g.namespace not in out.have and is_current(g, want_body(g.namespace)):
+                out.have.add(g.namespace)
             else:
-                out.to_delete.append((ns, meta["name"], meta.get("uid")))
+                out.to_delete.append((g.namespace, g.name, g.uid))
     else:
         out.have = set(known or ())
         out.to_delete = [(ns, name, None) for ns in sorted(out.have - want)]
