@@ -47,6 +47,7 @@ from typing import Callable, Iterable
 from tests.conftest import FAST_RESYNC, LOOPBACK_API, OPERATOR_NS, OPERATOR_SA, Kube, install_manifests, wait_for
 
 SLURM_NS = "tenant-slurm"
+SCHEDULER_DEPLOYMENT = "slurm-scheduler"  # tests.integration.conftest.make_scheduler's
 CM = "slurm-scheduler-config"
 KEY = "scheduler.conf"
 BINDING = "scale"
@@ -394,8 +395,9 @@ def phase_start(kube: Kube, operator, started: float, pods: int, timeout: float)
                  f"{fmt(pods_at)}); {cpu:.1f} CPU-s")
 
 
-def phase_burst(kube: Kube, bulk: Bulk, operator, n: int) -> tuple[str, str]:
+def phase_burst(kube: Kube, bulk: Bulk, operator, n: int) -> tuple[str, str, str]:
     names = [f"ds-burst-{i:05d}" for i in range(n)]
+    gen0, _ = scheduler_rolls(kube)
     before = Snapshot(operator)
     ours = ListWatch(kube, SLURM_NS, CM, names)
     bare = ListWatch(kube, BARE_NS, BARE_CM, names)
@@ -421,7 +423,7 @@ def phase_burst(kube: Kube, bulk: Bulk, operator, n: int) -> tuple[str, str]:
             text += f"; {len(w.pending)}/{n} NOT listed after {timeout:.0f} s"
         return text
     return (cell(ours, f"{writes:.0f} ConfigMap writes ({ours.versions} versions seen)"),
-            cell(bare, f"{bare.versions} ConfigMap writes"))
+            cell(bare, f"{bare.versions} ConfigMap writes"), rolls_until_on_list(kube, gen0))
 
 
 def phase_resync(kube: Kube, operator, emulator, runner_id: str, resyncs: int = 3) -> str:
@@ -438,6 +440,42 @@ def phase_resync(kube: Kube, operator, emulator, runner_id: str, resyncs: int = 
     n = b.reconciles - a.reconciles or resyncs
     return (f"{b.status - a.status:.0f} status, {b.policy - a.policy:.0f} policy, {b.scope - a.scope:.0f} ConfigMap "
             f"writes over {n:.0f} resyncs; {(b.cpu - a.cpu) / n:.3f} CPU-s per resync")
+
+
+def scheduler_rolls(kube: Kube) -> tuple[int, bool]:
+    """(the scheduler Deployment's generation: one per pod-template change, i.e. per roll; whether its
+    template carries the hash of the list the ConfigMap holds now)."""
+    import yaml
+
+    from sunk_sandbox_operator.api.keys import SCOPE_HASH_ANNOTATION
+    from sunk_sandbox_operator.core.scope import scope_hash
+
+    dep = kube.apps.read_namespaced_deployment(SCHEDULER_DEPLOYMENT, SLURM_NS)
+    doc = yaml.safe_load(kube.core.read_namespaced_config_map(CM, SLURM_NS).data[KEY])
+    listed = doc["scheduler"]["scope"].get("namespaces") or []
+    on_list = (dep.spec.template.metadata.annotations or {}).get(SCOPE_HASH_ANNOTATION) == scope_hash(listed)
+    return dep.metadata.generation, on_list
+
+
+def rolls_until_on_list(kube: Kube, gen0: int, timeout: float = 45.0) -> str:
+    """Pod-template changes since `gen0` once the scheduler runs the whole list (the folded roll
+    comes at the end of spec.scope.minRollInterval, 30 s by default)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        gen, on_list = scheduler_rolls(kube)
+        if on_list or time.monotonic() > deadline:
+            suffix = "" if on_list else f" (not on the list after {timeout:.0f} s)"
+            return f"{gen - gen0} roll(s){suffix}"
+        time.sleep(0.2)
+
+
+def phase_trickle(kube: Kube, bulk: Bulk, n: int = 15, every: float = 2.0) -> str:
+    gen0, _ = scheduler_rolls(kube)
+    t0 = time.monotonic()
+    for i in range(n):
+        bulk.namespaces([f"ds-trickle-{i:03d}"], MATCH_LABELS)
+        time.sleep(max(0.0, t0 + every * (i + 1) - time.monotonic()))
+    return f"{rolls_until_on_list(kube, gen0)} for {n} namespaces one every {every:.0f} s (was {n})"
 
 
 def phase_churn(bulk: Bulk, operator, namespaces: list[str], c: int) -> tuple[str, list[str]]:
@@ -498,6 +536,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--burst", type=int, default=100, help="new matching namespaces in the burst; default 100")
     parser.add_argument("--churn", type=int, default=500, help="pods created, updated, deleted; default 500")
     parser.add_argument("--workers", type=int, default=12, help="concurrent admin requests; default 12")
+    parser.add_argument("--grant", action="store_true", help="the README example: scope.grantClusterRole "
+                        "sunk-scheduler-sandbox (one RoleBinding per matching namespace)")
     args = parser.parse_args(argv)
 
     from sunk_sandbox_devtools import devcluster
@@ -549,13 +589,15 @@ def main(argv: list[str] | None = None) -> int:
             # The shipped settings: --log-format=json, no --verbose.
             operator = OperatorProcess(kubeconfig, work / "operator.log", args=("--log-format=json",),
                                        env={"SSB_STATUS_MIN_INTERVAL_SECONDS": "2", **LOOPBACK_API, **FAST_RESYNC}, timeout=120, verbose=False)
+            scope = {"alwaysInclude": [SLURM_NS], **({"grantClusterRole": "sunk-scheduler-sandbox"} if args.grant else {})}
             spec = binding_spec(runner_id, emulator, sandboxNamespaces={"selector": {"matchLabels": MATCH_LABELS}},
-                                scope={"alwaysInclude": [SLURM_NS]})
+                                scope=scope)
             kube.create_binding(SLURM_NS, BINDING, spec)
 
             phases = [
                 ("start", lambda: phase_start(kube, operator, started, args.pods, 60 + args.pods / 250)),
                 ("burst", lambda: phase_burst(kube, bulk, operator, args.burst)),
+                ("trickle", lambda: phase_trickle(kube, bulk)),
                 ("resync", lambda: phase_resync(kube, operator, emulator, runner_id)),
                 ("churn", lambda: phase_churn(bulk, operator, matching, args.churn)),
             ]
@@ -606,7 +648,7 @@ def main(argv: list[str] | None = None) -> int:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     print()
     print(f"scale bench: {args.namespaces} namespaces ({args.namespaces // 2} matching), {args.pods} sandbox pods, "
-          f"burst {args.burst}, churn {args.churn}")
+          f"burst {args.burst}, churn {args.churn}{', grants (one RoleBinding per matching namespace)' if args.grant else ''}")
     print()
     print("| figure | operator | bare drain loop, same run | goal |")
     print("|---|---|---|---|")
@@ -615,6 +657,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"| burst of {args.burst} namespaces, list holding ~{args.namespaces // 2}: creation → listed, "
           f"p50 / p95 / p99; ConfigMap writes | {pick('burst', 0)} | {pick('burst', 1)} | "
           f"p50 and p99 ≤ 1.5× the bare loop, p99 ≤ 2 s |")
+    print(f"| scheduler rolls during the burst (until it runs the whole list) | {pick('burst', 2)} | — | ≤ 2 |")
+    print(f"| scheduler rolls for a trickle | {pick('trickle')} | — | ≤ 2 |")
     print(f"| no-op resync at the listed size: writes; operator CPU per resync | {pick('resync')} | — | "
           f"0 writes, ≤ 0.2 CPU-s |")
     print(f"| pod churn ({args.churn} pods created, updated, deleted): operator CPU per 1,000 events; log lines "
@@ -627,7 +671,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"harness CPU {usage.ru_utime + usage.ru_stime:.1f} s; wall time {wall:.0f} s; operator log "
           f"{work / 'operator.log'}")
     print(f"this run:  PYTHONPATH=operator .venv/bin/python -m tests.bench.scale --namespaces {args.namespaces} "
-          f"--pods {args.pods} --burst {args.burst} --churn {args.churn}")
+          f"--pods {args.pods} --burst {args.burst} --churn {args.churn}{' --grant' if args.grant else ''}")
     print(f"full size: PYTHONPATH=operator .venv/bin/python -m tests.bench.scale {FULL}")
     return 0
 
