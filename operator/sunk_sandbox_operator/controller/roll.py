@@ -8,6 +8,8 @@ other list meanwhile (`rewrites_running_list`, from managedFields times: the API
 
 from __future__ import annotations
 
+from typing import Callable
+
 from ..api.events import EventReason
 from ..adapters import kube as k
 from ..adapters import scheduler as sched
@@ -44,9 +46,10 @@ async def rewrites_running_list(ctx: Context, state: BindingState, target: targe
 
 
 async def roll(ctx: Context, state: BindingState, values: list[str], *, wrote: bool,
-               generation: int | None = None) -> tuple[str | None, bool]:
+               generation: int | None = None, may_patch: Callable[[], bool] = lambda: True) -> tuple[str | None, bool]:
     """Set the pod-template scope hash of the Deployment or StatefulSet running the scheduler when
     it differs from the target, or the target's list was written since the roll (rolls the scheduler).
+    `may_patch`: asked once a patch is found needed (False: not now, the caller folds it for later).
     (a note for the condition message, whether it rolled)."""
     ns = state.discovery.namespace
     try:
@@ -59,6 +62,8 @@ async def roll(ctx: Context, state: BindingState, values: list[str], *, wrote: b
                               generation_annotation=SCOPE_GENERATION_ANNOTATION)
     if decision.workload is None:
         return decision.note, False
+    if not may_patch():
+        return None, False
     try:
         rolled = await sched.set_scope_hash(ctx.kube, ns, decision.kind, decision.workload, decision.hash,
                                             decision.generation)
@@ -86,7 +91,21 @@ async def step(ctx: Context, state: BindingState, mem: ScopeMemory, target: targ
         return None
     if not plan.now:
         return None
-    note, rolled = await roll(ctx, state, values, wrote=mem.roll_due, generation=generation)
+    interval = _min_roll_interval(spec)
+    deferred: list[float] = []
+
+    def may_patch() -> bool:
+        # A roll the resync finds needed (an admin's edit, a revert) is rationed like ours.
+        wait = pacing.roll_wait(mem.last_roll, ctx.monotonic(), interval)
+        if wait > 0:
+            deferred.append(wait)
+        return not deferred
+
+    note, rolled = await roll(ctx, state, values, wrote=mem.roll_due, generation=generation, may_patch=may_patch)
+    if deferred:
+        mem.roll_due = True
+        _roll_later(ctx, mem, deferred[0])
+        return note
     mem.roll_due, mem.next_roll_at = False, None
     if rolled:
         mem.last_roll, mem.last_roll_at = ctx.monotonic(), ctx.now_iso()

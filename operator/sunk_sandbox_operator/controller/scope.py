@@ -19,6 +19,7 @@ from __future__ import annotations
 from ..adapters import targets
 from ..api.events import EventReason
 from ..api.reasons import ScopeSynced
+from ..core import roll_pacing as pacing
 from ..core.compose import Part
 from ..core.scope import NamespaceInfo
 from . import grants, placement, retry, scope_sync
@@ -40,10 +41,14 @@ def memory(ctx: Context, state: BindingState) -> ScopeMemory:
             await _signalled_sync(ctx, state)
 
         recorded = section.get("target")
+        rolled_at = section.get("lastRollTime")
         state.scope = ScopeMemory(
             preexisting=sorted(pre) if isinstance(pre, list) else None,
             added=sorted(a for a in section.get("added") or [] if isinstance(a, str)),
             target_ref=dict(recorded) if isinstance(recorded, dict) else None,
+            # A restart (a new leader) keeps rolls rationed: the last one, as status recorded it.
+            last_roll=pacing.monotonic_of(rolled_at, ctx.now_iso(), ctx.monotonic()),
+            last_roll_at=rolled_at if isinstance(rolled_at, str) else None,
             syncer=Coalescer(run, window=lambda: ctx.config.scope_window_seconds,
                              min_interval=lambda: 1.0 / max(ctx.config.scope_max_writes_per_second, 0.01),
                              clock=ctx.monotonic,

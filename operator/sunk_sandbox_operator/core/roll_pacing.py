@@ -24,6 +24,14 @@ def roll_wait(last_roll: float | None, now: float, interval: float) -> float:
     return max(0.0, last_roll + interval - now)
 
 
+def monotonic_of(when_iso: object, now_iso: str, now: float) -> float | None:
+    """A recorded wall-clock time (status.scope.lastRollTime) on the monotonic clock, or None."""
+    when, wall = parse_time(when_iso), parse_time(now_iso)
+    if when is None or wall is None:
+        return None
+    return now - max(0.0, wall - when)
+
+
 def after(now_iso: str, seconds: float) -> str:
     """`now_iso` plus `seconds`, in the same RFC 3339 form (status.scope.nextRollTime)."""
     start = parse_time(now_iso)
@@ -49,8 +57,8 @@ def when_to_roll(*, can_roll: bool, restart: bool, observe: bool, roll_due: bool
     - Not while a burst goes on (more changes already signalled): the burst's last write rolls once.
     - After our write of the list (`roll_due`): at once when `interval` has passed since the last
       roll, else folded into one roll at the interval's end.
-    - At a resync with nothing due: at once, level-triggered (the template is compared with the list,
-      and patched only when it is not on it).
+    - At a resync with nothing due: checked at once, level-triggered (the template is compared with
+      the list); a patch that check finds needed is rationed by `roll_wait` like any other.
     """
     if observe or not can_roll or not restart or burst_goes_on or not (roll_due or periodic):
         return RollStep()
