@@ -62,8 +62,10 @@ def setup_binding(plane, p: str) -> str:  # noqa: F811
     grant_secret_read(kube, ns)
     create_token_secret(kube, ns)
     make_scheduler(kube, ns, scope_namespaces=["admin-entry"])
+    # Every list write rolls at once (no folded roll left pending across a restart: these tests are
+    # about leadership; rationing across restarts is tests/unit/test_scope_stateful.py's).
     spec = binding_spec(new_runner(plane.emulator, {}), plane.emulator, sandboxNamespaces={"names": [f"{p}-*"]},
-                        scope={"alwaysInclude": [ns]})
+                        scope={"alwaysInclude": [ns], "minRollInterval": "0s"})
     kube.create_binding(ns, "b", spec)
     return ns
 

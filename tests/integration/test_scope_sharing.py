@@ -130,7 +130,7 @@ def test_a_scheduler_run_by_a_statefulset_is_rolled(installed, operator, emulato
         "spec": {"serviceName": "slurm-scheduler", "replicas": 1, "selector": {"matchLabels": labels},
                  "template": installed.api.sanitize_for_serialization(dep.spec.template)}})
     p = namespaces(installed, "a")
-    bind(installed, emulator, slurm_ns, "b", f"{p}-*")
+    bind(installed, emulator, slurm_ns, "b", f"{p}-*", scope={"minRollInterval": "0s"})  # every change rolls
     installed.wait_condition(slurm_ns, "b", "ScopeSynced", "True", timeout=30)
 
     def template() -> dict:
