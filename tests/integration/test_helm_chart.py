@@ -165,7 +165,9 @@ def test_the_settings_the_operator_parses_are_accepted_by_it():
     from sunk_sandbox_operator.controller import config
 
     got = env(render("--set", "tenancy.allowedReach.tenant-slurm={argocd}",
-                     "--set", "tenancy.grantRoles={a,b}", "--set", "leaderElection.retryPeriodSeconds=3"))
+                     "--set", "tenancy.grantRoles={a,b}", "--set", "leaderElection.retryPeriodSeconds=3",
+                     "--set", "tenancy.sandboxNamespaceSelector=sunk.coreweave.com/sandbox=true",
+                     "--set", "tenancy.minResyncInterval=1m", "--set", "tenancy.allowMatchAll=true"))
     saved = dict(os.environ)
     try:
         os.environ.update({k: v for k, v in got.items() if v is not None})
@@ -175,6 +177,9 @@ def test_the_settings_the_operator_parses_are_accepted_by_it():
         os.environ.update(saved)
     assert loaded.allowed_reach == {"tenant-slurm": ("argocd",)}
     assert loaded.allowed_grant_roles == ("a", "b") and loaded.retry_period_seconds == 3.0
+    assert loaded.sandbox_namespace_selector == "sunk.coreweave.com/sandbox=true"
+    assert loaded.min_resync_seconds == 60.0 and loaded.allow_match_all is True
+    loaded.tenancy()  # the selector parses
 
 
 def test_webhook_with_a_provided_ca_bundle_needs_no_cert_manager():
