@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 # Local-only dev tools (devcluster, demo) are not in the wheel: run them from the source tree.
 DEVTOOLS := PYTHONPATH=operator $(BIN)/python -m sunk_sandbox_devtools
 
-.PHONY: setup binaries helm demo test unit integration e2e bench bench-scale crd clean devcluster-up devcluster-down
+.PHONY: setup binaries helm promtool demo test unit integration e2e bench bench-scale crd chart-sync clean devcluster-up devcluster-down
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,16 +23,20 @@ binaries: setup
 helm: setup
 	$(DEVTOOLS) devcluster helm
 
+# promtool, built the same way from hack/promtool (`promtool test rules` on the shipped alerts).
+promtool: setup
+	$(DEVTOOLS) devcluster promtool
+
 demo: binaries
 	$(DEVTOOLS) demo
 
-test: binaries helm
+test: binaries helm promtool
 	$(BIN)/python -m pytest -ra
 
 unit: setup
 	$(BIN)/python -m pytest -ra tests/unit
 
-integration: binaries helm
+integration: binaries helm promtool
 	$(BIN)/python -m pytest -ra tests/integration
 
 e2e: binaries
@@ -40,8 +44,14 @@ e2e: binaries
 
 bench: bench-scale
 
+# The CRD from the models, into crds/ and (with the other generated parts of the chart) the chart.
 crd: setup
 	$(BIN)/sunk-sandbox-operator crd > crds/sunksandboxbindings.yaml
+	$(DEVTOOLS) chart sync
+
+# The chart's copies (CRD, alerts, dashboard), its appVersion and README's values table, from their sources.
+chart-sync: setup
+	$(DEVTOOLS) chart sync
 
 devcluster-up: binaries
 	$(DEVTOOLS) devcluster up

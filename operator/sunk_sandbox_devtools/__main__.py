@@ -10,6 +10,7 @@ USAGE = f"""{PROG} COMMAND [ARGS]
 commands:
   devcluster  up | down | env | build: a local etcd + kube-apiserver
   demo        the whole thing locally: control plane, emulator, operator, example binding
+  chart       sync: write the Helm chart's copies (CRD, alerts, dashboard), appVersion, README values table
 """
 
 
@@ -22,6 +23,9 @@ def main(argv: list[str] | None = None) -> int:
     if command == "devcluster":
         from . import devcluster
         return devcluster.main(rest)
+    if command == "chart":
+        from . import chart
+        return chart.main(rest)
     if command == "demo":
         from . import demo
         return demo.main(rest)

@@ -32,6 +32,7 @@ CACHE_ROOT = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "s
 STATE_DIR = REPO_ROOT / ".devcluster"
 BINARIES = ("etcd", "kube-apiserver", "kubectl")
 HELM = ("helm",)  # built the same way, cached in its own directory (only the Helm tests need it)
+PROMTOOL = ("promtool",)  # likewise (the alert-rule tests)
 CLI = "PYTHONPATH=operator .venv/bin/python -m sunk_sandbox_devtools devcluster"  # from the repository root
 
 
@@ -50,6 +51,10 @@ def versions() -> tuple[str, str]:
 
 def helm_version() -> str:
     return _pinned(HACK / "helm", "helm.sh/helm/v3")
+
+
+def promtool_version() -> str:
+    return _pinned(HACK / "promtool", "github.com/prometheus/prometheus")
 
 
 def _log(msg: str) -> None:
@@ -90,6 +95,20 @@ def build_helm(out: Path) -> None:
         ["go", "build", "-trimpath", "-ldflags", f"-s -w -X helm.sh/helm/v3/internal/version.version={version}",
          "-o", str(out / "helm"), "helm.sh/helm/v3/cmd/helm"],
         cwd=HACK / "helm", env=env, check=True,
+    )
+    _log(f"built in {time.monotonic() - started:.0f}s")
+
+
+def build_promtool(out: Path) -> None:
+    """Build promtool from the pinned wrapper module in hack/promtool (cold: a few minutes)."""
+    version = promtool_version()
+    env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod"}
+    started = time.monotonic()
+    _log(f"building promtool (github.com/prometheus/prometheus {version}; first time only)")
+    subprocess.run(
+        ["go", "build", "-trimpath", "-ldflags", "-s -w", "-o", str(out / "promtool"),
+         "github.com/prometheus/prometheus/cmd/promtool"],
+        cwd=HACK / "promtool", env=env, check=True,
     )
     _log(f"built in {time.monotonic() - started:.0f}s")
 
@@ -159,6 +178,13 @@ def ensure_helm() -> Path:
     if os.environ.get("HELM_BIN"):
         return Path(os.environ["HELM_BIN"])
     return ensure_built(CACHE_ROOT / f"helm-{helm_version()}", build_helm, HELM) / "helm"
+
+
+def ensure_promtool() -> Path:
+    """The promtool binary ($PROMTOOL_BIN when set), built once per pinned version like helm."""
+    if os.environ.get("PROMTOOL_BIN"):
+        return Path(os.environ["PROMTOOL_BIN"])
+    return ensure_built(CACHE_ROOT / f"promtool-{promtool_version()}", build_promtool, PROMTOOL) / "promtool"
 
 
 def free_port() -> int:
@@ -493,13 +519,15 @@ def main(argv: list[str]) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m sunk_sandbox_devtools devcluster",
                                      description="Local etcd + kube-apiserver for tests and the demo.")
-    parser.add_argument("action", choices=["up", "down", "env", "build", "helm"])
+    parser.add_argument("action", choices=["up", "down", "env", "build", "helm", "promtool"])
     parser.add_argument("--dir", type=Path, default=STATE_DIR, help="state directory (default: .devcluster/)")
     args = parser.parse_args(argv)
     if args.action == "build":
         print(ensure_binaries())
     elif args.action == "helm":
         print(ensure_helm())
+    elif args.action == "promtool":
+        print(ensure_promtool())
     elif args.action == "up":
         cluster = up(args.dir)
         print(f"control plane at {cluster.server}; run: eval \"$({CLI} env)\"")

@@ -14,6 +14,8 @@ commands:
   runner-api-emulator  serve the CoreWeave runner API emulator (local tests, demos, dry runs)
   render-policy        print the runner policy the operator would write for a binding
   crd                  print the CustomResourceDefinition rendered from the models
+
+  --version            print the version
 """
 
 
@@ -131,6 +133,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(USAGE)
+        return 0
+    if argv[0] in ("--version", "-V", "version"):
+        from . import __version__
+        print(f"sunk-sandbox-operator {__version__}")
         return 0
     command, rest = argv[0], argv[1:]
     if command == "run":

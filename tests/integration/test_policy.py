@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from sunk_sandbox_operator.adapters.runnerapi.emulator_state import json_names
 from tests.conftest import assert_stays, wait_for
 from tests.integration.conftest import (READONLY_TOKEN, binding_spec, calls, create_token_secret, grant_secret_read,
                                         make_scheduler, new_runner, runner_policy, writes)
@@ -40,7 +41,7 @@ def test_binding_merges_policy_and_preserves_everything_else(installed, operator
     assert annotations(policy)["sunk.coreweave.com/account"] == "ml"
     assert annotations(policy)["sunk.coreweave.com/qos"] == "normal"
     assert annotations(policy)["team"] == "rl"
-    assert policy["constraints"] == EXISTING["constraints"]
+    assert policy["constraints"] == json_names(EXISTING["constraints"])  # answered (and kept) under JSON names
     assert policy["limits"] == EXISTING["limits"]
     assert policy["base"]["spec"]["tolerations"] == EXISTING["base"]["spec"]["tolerations"]
     assert policy["base"]["metadata"]["labels"] == {"env": "prod"}
@@ -125,7 +126,7 @@ def test_observe_mode_writes_nothing(installed, operator, emulator, binding_ns):
 
     def nothing_written():
         assert writes(emulator, runner) == []
-        assert runner_policy(emulator, runner) == EXISTING
+        assert runner_policy(emulator, runner) == json_names(EXISTING)  # the state holds JSON names
     assert_stays(nothing_written, 1)
 
 
@@ -147,7 +148,7 @@ def test_delete_restore_puts_back_previous_but_keeps_later_changes(installed, op
     assert annotations(final)["sunk.coreweave.com/qos"] == "low"             # previous value back
     assert annotations(final)["sunk.coreweave.com/partition"] == "admins-choice"  # their change kept
     assert annotations(final)["later"] == "yes"
-    assert final["constraints"] == EXISTING["constraints"]
+    assert final["constraints"] == json_names(EXISTING["constraints"])
 
 
 def test_delete_orphan_leaves_policy(installed, operator, emulator, binding_ns):

@@ -21,11 +21,18 @@ from sunk_sandbox_operator.adapters.runnerapi.emulator import (
     running_emulator,
     state_from_args,
 )
+from sunk_sandbox_operator.adapters.runnerapi.emulator_state import json_name, json_names
 
 ADMIN = "admin-tok-1"
 READONLY = "readonly-tok-1"
 SVC = "coreweave.sandbox.v1.RunnerManagementService"
+# As the emulator answers it: every field under its JSON name (lowerCamelCase), as protojson writes.
 POLICY = {
+    "base": {"metadata": {"annotations": {"a": "1"}}, "spec": {"schedulerName": "default-scheduler"}},
+    "constraints": {"network": {"egress": {"allow": ["10.0.0.0/8"]}}, "metadata": {"deniedAnnotationPrefixes": ["x/"]}},
+}
+# The same policy as the API documents it (proto names inside the policy): how runner r-set is set up.
+POLICY_PROTO_NAMES = {
     "base": {"metadata": {"annotations": {"a": "1"}}, "spec": {"schedulerName": "default-scheduler"}},
     "constraints": {"network": {"egress": {"allow": ["10.0.0.0/8"]}}, "metadata": {"denied_annotation_prefixes": ["x/"]}},
 }
@@ -45,7 +52,7 @@ def _close_http() -> Iterator[None]:
 def emu() -> Iterator[EmulatorThread]:
     state = EmulatorState(admin_tokens={ADMIN}, readonly_tokens={READONLY}, seed=1)
     state.add_runner("r-null")
-    state.add_runner("r-set", POLICY)
+    state.add_runner("r-set", POLICY_PROTO_NAMES)
     state.add_runner("r-empty", {})
     with running_emulator(state) as thread:
         yield thread
@@ -104,6 +111,100 @@ def test_get_unknown_runner_is_not_found(emu: EmulatorThread) -> None:
 def test_get_accepts_snake_case_runner_id(emu: EmulatorThread) -> None:
     resp = rpc(emu, "GetManagedRunner", {"runner_id": "r-set"})
     assert resp.status_code == 200 and resp.json()["policy"] == POLICY
+
+
+# ---------------------------------------------------------------- field names (protojson)
+#
+# Connect's JSON codec is protojson: it reads a field under its JSON name (lowerCamelCase) or its
+# proto name (snake_case), refuses the same field under both, and writes JSON names only. Map keys
+# (annotation keys, labels, node selectors) are data: never renamed.
+
+
+def test_json_name_is_protocs_rule() -> None:
+    assert json_name("runner_id") == "runnerId"
+    assert json_name("managed_runner") == "managedRunner"
+    assert json_name("update_mask") == "updateMask"
+    assert json_name("denied_annotation_prefixes") == "deniedAnnotationPrefixes"
+    assert json_name("termination_grace_period_seconds") == "terminationGracePeriodSeconds"
+    for already in ("runnerId", "schedulerName", "etag", "sunk.coreweave.com/partition", "x_y/z"):
+        assert json_name(already) == already
+
+
+def test_json_names_keep_map_keys_and_rename_fields_below_them() -> None:
+    policy = {"base": {"metadata": {"annotations": {"team_name": "rl", "sunk.coreweave.com/qos": "low"},
+                                    "labels": {"app_tier": "web"}},
+                       "spec": {"node_selector": {"node_pool": "cpu"}, "scheduler_name": "s",
+                                "containers": [{"name": "c", "resources": {"limits": {"nvidia_com_gpu": "0"}}}],
+                                "topology_spread_constraints": [{"label_selector": {"match_labels": {"a_b": "c"}},
+                                                                 "max_skew": 1}]}},
+              "constraints": {"metadata": {"denied_annotation_prefixes": ["x_y/"]}}}
+    assert json_names(policy) == {
+        "base": {"metadata": {"annotations": {"team_name": "rl", "sunk.coreweave.com/qos": "low"},
+                              "labels": {"app_tier": "web"}},
+                 "spec": {"nodeSelector": {"node_pool": "cpu"}, "schedulerName": "s",
+                          "containers": [{"name": "c", "resources": {"limits": {"nvidia_com_gpu": "0"}}}],
+                          "topologySpreadConstraints": [{"labelSelector": {"matchLabels": {"a_b": "c"}},
+                                                         "maxSkew": 1}]}},
+        "constraints": {"metadata": {"deniedAnnotationPrefixes": ["x_y/"]}}}
+
+
+def test_get_with_proto_names_answers_json_names(emu: EmulatorThread) -> None:
+    resp = rpc(emu, "GetManagedRunner", {"runner_id": "r-set"})
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    assert set(body) == {"runnerId", "identity", "policy", "etag"}
+    assert body["policy"] == POLICY and "denied_annotation_prefixes" not in resp.text
+    assert set(body["identity"]) == {"runnerId", "name", "cluster"}
+
+
+def test_update_with_proto_names_everywhere_is_stored_and_answered_in_json_names(emu: EmulatorThread) -> None:
+    etag = get(emu, "r-set").json()["etag"]
+    policy = {"base": {"metadata": {"annotations": {"sunk.coreweave.com/partition": "sandboxes", "team_name": "rl"}},
+                       "spec": {"scheduler_name": "slurm-scheduler", "node_selector": {"node_pool": "cpu"}}},
+              "constraints": {"metadata": {"denied_annotation_prefixes": ["x/"]}}}
+    resp = rpc(emu, "UpdateManagedRunner", {"runner_id": "r-set", "update_mask": "policy",
+                                            "managed_runner": {"identity": {"runner_id": "r-set"}, "policy": policy,
+                                                               "etag": etag}})
+    assert resp.status_code == 200, resp.text
+    expected = {"base": {"metadata": {"annotations": {"sunk.coreweave.com/partition": "sandboxes", "team_name": "rl"}},
+                         "spec": {"schedulerName": "slurm-scheduler", "nodeSelector": {"node_pool": "cpu"}}},
+                "constraints": {"metadata": {"deniedAnnotationPrefixes": ["x/"]}}}
+    assert resp.json()["policy"] == expected
+    assert get(emu, "r-set").json()["policy"] == expected
+    with emu.state.lock:
+        assert emu.state.runners["r-set"]["policy"] == expected  # the message, not the spelling it came in
+        assert emu.state.write_log[-1]["policy"] == expected
+
+
+def test_update_with_mixed_names_and_a_fieldmask_object(emu: EmulatorThread) -> None:
+    etag = get(emu, "r-set").json()["etag"]
+    resp = rpc(emu, "UpdateManagedRunner", {"runnerId": "r-set", "update_mask": {"paths": ["policy"]},
+                                            "managedRunner": {"policy": {"base": {"spec": {"scheduler_name": "s"}}},
+                                                              "etag": etag}})
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["policy"] == {"base": {"spec": {"schedulerName": "s"}}}
+
+
+@pytest.mark.parametrize("body", [
+    {"runnerId": "r-set", "runner_id": "r-set"},
+    {"runnerId": "r-set", "updateMask": "policy", "update_mask": "policy", "managedRunner": {"etag": "e"}},
+    {"runnerId": "r-set", "updateMask": "policy",
+     "managedRunner": {"etag": "e", "policy": {"base": {"spec": {"schedulerName": "a", "scheduler_name": "b"}}}}},
+], ids=["runner id", "update mask", "inside the policy"])
+def test_a_field_under_both_names_is_invalid_argument(emu: EmulatorThread, body: dict) -> None:
+    method = "GetManagedRunner" if set(body) == {"runnerId", "runner_id"} else "UpdateManagedRunner"
+    etag = get(emu, "r-set").json()["etag"]
+    assert_error(rpc(emu, method, body), 400, "invalid_argument", "given twice")
+    assert get(emu, "r-set").json()["etag"] == etag
+
+
+def test_a_runner_set_up_with_proto_names_is_answered_in_json_names(emu: EmulatorThread) -> None:
+    HTTP.post(f"{emu.url}/_emulator/runners/r-admin", json={
+        "policy": {"constraints": {"metadata": {"denied_annotation_prefixes": ["a/"]}}},
+        "identity": {"runner_id": "r-admin"}}).raise_for_status()
+    body = get(emu, "r-admin").json()
+    assert body["policy"] == {"constraints": {"metadata": {"deniedAnnotationPrefixes": ["a/"]}}}
+    assert body["identity"] == {"runnerId": "r-admin"}
 
 
 # ---------------------------------------------------------------- auth
@@ -200,11 +301,12 @@ FORBIDDEN = [
     ("base.spec.initContainers", {"spec": {"initContainers": []}}),
     ("base.spec.terminationGracePeriodSeconds", {"spec": {"terminationGracePeriodSeconds": 10}}),
     ("base.terminationGracePeriodSeconds", {"terminationGracePeriodSeconds": 10}),
-    ("base.spec.termination_grace_period_seconds", {"spec": {"termination_grace_period_seconds": 10}}),
+    # A proto name is read as its JSON name, and the error names the field by that.
+    ("base.spec.terminationGracePeriodSeconds", {"spec": {"termination_grace_period_seconds": 10}}),
 ]
 
 
-@pytest.mark.parametrize(("field", "base"), FORBIDDEN, ids=[f for f, _ in FORBIDDEN])
+@pytest.mark.parametrize(("field", "base"), FORBIDDEN, ids=[json.dumps(b) for _, b in FORBIDDEN])
 def test_update_rejects_forbidden_base_fields(emu: EmulatorThread, field: str, base: dict) -> None:
     etag = get(emu, "r-set").json()["etag"]
     policy = {"base": {**base, "metadata": {"annotations": {"k": "v"}}}, "constraints": {}}

@@ -5,6 +5,11 @@ the sandbox_admin role, etag concurrency (`failed_precondition` on a stale etag,
 changed), rejection of forbidden `base` fields, `policy: null` for a runner never configured.
 Knobs add latency, random or scripted errors, and a concurrent "other admin" writer.
 
+Requests are read as protojson reads them: each field under its JSON name (lowerCamelCase) or
+its proto name (`runner_id`, `managed_runner`, `update_mask`, snake_case inside the policy);
+answers use JSON names only (emulator_state.json_names; map keys such as annotation keys are
+data and keep their spelling).
+
 Response shape (Get and Update alike), top level as domain.md shows it:
     {"runnerId": "...", "identity": {...}, "policy": {...} | null, "etag": "..."}
 With the `wrap_responses` knob the same object comes wrapped in {"managedRunner": ...}.
@@ -33,12 +38,12 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator
 
 from aiohttp import web
 
 from .emulator_state import (  # noqa: F401  (EmulatorState and forbidden_fields are this module's API too)
-    SERVICE, ApiError, EmulatorState, _get, _public, forbidden_fields, validate_update,
+    SERVICE, ApiError, EmulatorState, _public, forbidden_fields, validate_get, validate_update,
 )
 from .errors import CODE_TO_HTTP
 
@@ -100,9 +105,7 @@ async def _rpc(request: web.Request) -> web.StreamResponse:
             _log_call(state, method, injected, None)
             return _error_response(injected, "injected by the emulator's error knob", retry_after)
         if method == "GetManagedRunner":
-            runner_id = _get(body, "runnerId", "runner_id") if isinstance(body, Mapping) else None
-            if not isinstance(runner_id, str) or not runner_id:
-                raise ApiError("invalid_argument", "runnerId is required")
+            runner_id = validate_get(body)
             with state.lock:
                 runner = state.get(runner_id)
         else:
@@ -157,7 +160,10 @@ async def _admin_write(request: web.Request) -> web.Response:
     if not isinstance(body, dict) or "policy" not in body or not (body["policy"] is None or isinstance(body["policy"], dict)):
         return web.json_response({"code": "invalid_argument", "message": 'body must be {"policy": object|null}'}, status=400)
     runner_id = request.match_info["runner_id"]
-    runner = state.write(runner_id, body["policy"], "other-admin", identity=body.get("identity"))
+    try:
+        runner = state.write(runner_id, body["policy"], "other-admin", identity=body.get("identity"))
+    except ApiError as err:  # a field given under both of its names
+        return web.json_response({"code": err.code, "message": err.message}, status=400)
     return web.json_response(_public(runner_id, runner, False))
 
 

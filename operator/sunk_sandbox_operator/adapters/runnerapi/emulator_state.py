@@ -3,12 +3,21 @@
 Etag concurrency, the forbidden `base` fields, `policy: null` for a runner never configured,
 the write and call logs, and the knobs (latency, error rates, scripted failures, a concurrent
 "other admin"). `emulator.py` serves this over HTTP.
+
+Field names as Connect's protojson treats them: a request field is read under its JSON name
+(lowerCamelCase: `runnerId`, `managedRunner`, `updateMask`, `deniedAnnotationPrefixes`) or its
+original proto name (`runner_id`, `managed_runner`, `update_mask`, `denied_annotation_prefixes`),
+the same field under both names is an error, and every answer uses the JSON names. The keys of
+map fields (annotations, labels, node selectors, resource lists) are data and keep their
+spelling. The state holds the message, not a spelling: policies and identities are stored under
+their JSON names, however they arrived.
 """
 
 from __future__ import annotations
 
 import copy
 import random
+import re
 import secrets
 import threading
 import time
@@ -34,6 +43,11 @@ _SNAKE = {
 }
 
 
+# Map-valued fields (by JSON name): their keys are data, never field names, so never renamed.
+MAP_FIELDS = frozenset({"annotations", "labels", "nodeSelector", "matchLabels", "limits", "requests", "overhead"})
+_PROTO_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
 # ---------------------------------------------------------------- pure core
 
 
@@ -46,12 +60,30 @@ class ApiError(Exception):
         self.message = message
 
 
-def _get(obj: Mapping[str, Any], *keys: str) -> Any:
-    """The first of `keys` present in `obj` (the envelope accepts camelCase or snake_case)."""
-    for key in keys:
-        if key in obj:
-            return obj[key]
-    return None
+def json_name(name: str) -> str:
+    """protoc's JSON name of a field: each underscore dropped and the letter after it upper-cased
+    (`denied_annotation_prefixes` -> `deniedAnnotationPrefixes`); a JSON name is its own."""
+    if "_" not in name or not _PROTO_NAME.fullmatch(name):
+        return name
+    head, *rest = name.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+def json_names(value: Any, *, map_keys: bool = False) -> Any:
+    """`value` with every field under its JSON name, recursively; the keys of a map field (and of
+    `value` itself when `map_keys`) kept as they are. A field given under two names raises
+    invalid_argument, as protojson refuses a duplicate field."""
+    if isinstance(value, list):
+        return [json_names(item) for item in value]
+    if not isinstance(value, Mapping):
+        return value
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        name = key if map_keys else json_name(key)
+        if name in out:
+            raise ApiError("invalid_argument", f"field {name!r} is given twice (as {name!r} and as {key!r})")
+        out[name] = json_names(item, map_keys=not map_keys and name in MAP_FIELDS)
+    return out
 
 
 def _spellings(name: str) -> tuple[str, ...]:
@@ -86,19 +118,34 @@ def forbidden_fields(policy: Any) -> list[str]:
     return found
 
 
-def validate_update(body: Any) -> tuple[str, Any, dict | None, str]:
-    """Check an UpdateManagedRunner request; return (runner_id, identity, policy, etag)."""
+def read_request(body: Any) -> dict[str, Any]:
+    """A request body under the JSON names (proto names accepted), or invalid_argument."""
     if not isinstance(body, Mapping):
         raise ApiError("invalid_argument", "request body must be a JSON object")
-    runner_id = _get(body, "runnerId", "runner_id")
+    return json_names(body)
+
+
+def validate_get(body: Any) -> str:
+    """Check a GetManagedRunner request; return the runner id."""
+    runner_id = read_request(body).get("runnerId")
     if not isinstance(runner_id, str) or not runner_id:
         raise ApiError("invalid_argument", "runnerId is required")
-    mask = _get(body, "updateMask", "update_mask")
+    return runner_id
+
+
+def validate_update(body: Any) -> tuple[str, Any, dict | None, str]:
+    """Check an UpdateManagedRunner request; return (runner_id, identity, policy, etag), the policy
+    and identity under their JSON names."""
+    body = read_request(body)
+    runner_id = body.get("runnerId")
+    if not isinstance(runner_id, str) or not runner_id:
+        raise ApiError("invalid_argument", "runnerId is required")
+    mask = body.get("updateMask")
     # Connect JSON renders a FieldMask as a comma-separated string; accept {"paths": [...]} too.
     paths = mask.get("paths") if isinstance(mask, Mapping) else mask.split(",") if isinstance(mask, str) else None
     if not paths or [p.strip() for p in paths] != ["policy"]:
         raise ApiError("invalid_argument", f"updateMask must be \"policy\", got {mask!r}")
-    managed = _get(body, "managedRunner", "managed_runner")
+    managed = body.get("managedRunner")
     if not isinstance(managed, Mapping):
         raise ApiError("invalid_argument", "managedRunner is required")
     etag = managed.get("etag")
@@ -161,8 +208,8 @@ class EmulatorState:
     def _normalise(self, runner_id: str, runner: Mapping[str, Any]) -> dict[str, Any]:
         etag = runner.get("etag") or self._next_etag()
         return {
-            "identity": runner.get("identity") or default_identity(runner_id),
-            "policy": copy.deepcopy(runner.get("policy")),
+            "identity": json_names(runner.get("identity") or default_identity(runner_id)),
+            "policy": json_names(copy.deepcopy(runner.get("policy"))),
             "etag": etag,
         }
 
@@ -182,10 +229,11 @@ class EmulatorState:
             if before is None:
                 before = self.runners[runner_id] = self._normalise(runner_id, {"identity": identity})
             etag_before = before["etag"]
-            before["policy"] = copy.deepcopy(policy)
+            policy = json_names(copy.deepcopy(policy))
+            before["policy"] = policy
             before["etag"] = self._next_etag()
             if identity is not None and who != "client":
-                before["identity"] = identity
+                before["identity"] = json_names(identity)
             self.write_log.append(
                 {
                     "time": time.time(),
@@ -281,5 +329,8 @@ def default_identity(runner_id: str) -> dict[str, Any]:
 
 
 def _public(runner_id: str, runner: Mapping[str, Any], wrap: bool) -> dict[str, Any]:
-    obj = {"runnerId": runner_id, "identity": runner["identity"], "policy": runner["policy"], "etag": runner["etag"]}
+    """The answer, under JSON names only (the state already holds them; a runner put straight into
+    `runners` by a test is answered the same way)."""
+    obj = {"runnerId": runner_id, "identity": json_names(runner["identity"]), "policy": json_names(runner["policy"]),
+           "etag": runner["etag"]}
     return {"managedRunner": obj} if wrap else obj

@@ -1,0 +1,312 @@
+"""The Helm chart with the real helm (v3.22, built from the Go module proxy by `make helm`).
+
+- `helm lint --strict`, with the defaults and with every optional part on;
+- `helm template` with the default values renders the objects `kubectl kustomize manifests/`
+  renders (same kind, namespace, name and content; only Helm's own labels differ, and the CRD,
+  which the chart ships as the very file crds/ holds, lacks the labels kustomize adds), and with
+  the webhook and monitoring parts on, what the kustomize components add;
+- values do what the table says (namespaces bound, tenancy settings, webhook without
+  cert-manager, refusals);
+- `helm install` into a control plane of its own (the session's holds the kustomize install, and
+  its operator watches every namespace), the operator run as the installed ServiceAccount with the
+  Deployment's environment (no kubelet runs the pod), the example binding Ready, deleted (its
+  policy restored), then `helm uninstall`: nothing the chart made is left but the CRD.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sunk_sandbox_operator import __version__
+from tests.conftest import REPO, TEST_ENV, Kube, wait_for
+from tests.integration.conftest import ADMIN_TOKEN, make_scheduler
+from tests.integration.test_manifests_kustomize import ids, kustomize_build
+from tests.unit.test_manifests import MANIFESTS, OPERATOR_NS, SA
+
+pytestmark = pytest.mark.integration
+
+CHART = REPO / "charts" / "sunk-sandbox-operator"
+RELEASE = "sunk-sandbox-operator"
+# Labels Helm charts add that a kustomize install does not have.
+HELM_LABELS = {"helm.sh/chart", "app.kubernetes.io/managed-by", "app.kubernetes.io/instance", "app.kubernetes.io/version"}
+KUSTOMIZE_LABELS = {"app.kubernetes.io/name", "app.kubernetes.io/part-of"}  # manifests/kustomization.yaml `labels:`
+ALL_ON = ["--set", "webhook.enabled=true", "--set", "metrics.serviceMonitor.enabled=true",
+          "--set", "monitoring.prometheusRule.enabled=true", "--set", "monitoring.dashboard.enabled=true"]
+
+
+def helm(*args: str, kubeconfig: Path | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    from sunk_sandbox_devtools import devcluster
+
+    cmd = [str(devcluster.ensure_helm()), *(["--kubeconfig", str(kubeconfig)] if kubeconfig else []), *args]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    if check:
+        assert done.returncode == 0, f"helm {' '.join(args)}: {done.stderr}"
+    return done
+
+
+def render(*args: str) -> list[dict]:
+    out = helm("template", RELEASE, str(CHART), *args).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+def by_id(docs: list[dict]) -> dict[tuple, dict]:
+    return {(d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"]): d for d in docs}
+
+
+def without_labels(doc: dict, drop: set[str]) -> dict:
+    doc = copy.deepcopy(doc)
+    labels = {k: v for k, v in (doc["metadata"].get("labels") or {}).items() if k not in drop}
+    doc["metadata"]["labels"] = labels
+    if not labels:
+        del doc["metadata"]["labels"]
+    return doc
+
+
+def assert_same_objects(helm_docs: list[dict], kustomize_docs: list[dict]) -> None:
+    ours, theirs = by_id(helm_docs), by_id(kustomize_docs)
+    assert set(ours) == set(theirs), (sorted(set(ours) - set(theirs)), sorted(set(theirs) - set(ours)))
+    for key, doc in ours.items():
+        for label in HELM_LABELS - {"app.kubernetes.io/instance", "app.kubernetes.io/managed-by"}:
+            if key[0] != "CustomResourceDefinition":
+                assert label in doc["metadata"]["labels"], (key, label)
+        drop = HELM_LABELS | (KUSTOMIZE_LABELS if key[0] == "CustomResourceDefinition" else set())
+        assert without_labels(doc, drop) == without_labels(theirs[key], drop), key
+
+
+def overlay(tmp_path: Path, *components: str) -> Path:
+    here = tmp_path / "overlay"
+    here.mkdir()
+    (here / "kustomization.yaml").write_text(yaml.safe_dump({
+        "resources": [os.path.relpath(MANIFESTS, here)],
+        "components": [os.path.relpath(MANIFESTS / c, here) for c in components]}))
+    return here
+
+
+# ---------------------------------------------------------------- lint and template (no cluster)
+
+
+@pytest.mark.parametrize("extra", [[], ALL_ON, ["--set", "webhook.enabled=true",
+                                                "--set", "webhook.certManager.enabled=false",
+                                                "--set", "webhook.caBundle=Y2E="]],
+                         ids=["defaults", "everything on", "webhook with a provided CA"])
+def test_helm_lint(extra):
+    done = helm("lint", "--strict", str(CHART), *extra)
+    assert "1 chart(s) linted, 0 chart(s) failed" in done.stdout, done.stdout
+
+
+def test_default_values_render_the_kustomize_install():
+    docs = render("--include-crds")
+    assert_same_objects(docs, kustomize_build(MANIFESTS))
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == \
+        f"ghcr.io/sunksandbox/sunk-sandbox-operator:{__version__}"
+    (crd,) = [d for d in docs if d["kind"] == "CustomResourceDefinition"]
+    assert crd == yaml.safe_load((REPO / "crds" / "sunksandboxbindings.yaml").read_text())
+
+
+def test_the_optional_parts_render_the_kustomize_components(tmp_path):
+    assert_same_objects(render("--include-crds", *ALL_ON), kustomize_build(overlay(tmp_path, "webhook", "monitoring")))
+
+
+def container(docs: list[dict]) -> dict:
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    return deployment["spec"]["template"]["spec"]["containers"][0]
+
+
+def env(docs: list[dict]) -> dict[str, str]:
+    return {e["name"]: e.get("value") for e in container(docs)["env"]}
+
+
+def test_slurm_namespaces_get_both_role_bindings_and_only_they():
+    docs = by_id(render("--set", "slurmNamespaces={slurm-a,slurm-b}"))
+    bindings = {(ns, name) for kind, ns, name in docs if kind == "RoleBinding" and name != SA}
+    assert bindings == {(ns, name) for ns in ("slurm-a", "slurm-b")
+                        for name in ("sunk-sandbox-operator-secrets", "sunk-sandbox-operator-targets")}
+    for (kind, ns, name), doc in docs.items():
+        if kind == "RoleBinding" and name != SA:
+            assert doc["roleRef"]["name"] in {"sunk-sandbox-operator-secret-reader", "sunk-sandbox-operator-targets"}
+            assert doc["subjects"] == [{"kind": "ServiceAccount", "name": SA, "namespace": OPERATOR_NS}]
+    assert not [k for k in docs if k[0] == "ClusterRoleBinding" and k[2] != "sunk-sandbox-operator"]
+
+
+def test_tenancy_and_leader_election_values_reach_the_operator_environment():
+    docs = render("--set", "tenancy.allowedApiUrls={https://api.coreweave.com,http://127.0.0.1:*}",
+                  "--set", "tenancy.allowedReach.tenant-slurm={argocd,slurm-*}",
+                  "--set", "tenancy.allowedReach.team-*={shared}",
+                  "--set", "tenancy.grantRoles={sunk-scheduler-sandbox,my-scheduler-role}",
+                  "--set", "tenancy.sandboxNamespaceSelector=sunk.coreweave.com/sandbox=true",
+                  "--set", "tenancy.minResyncInterval=1m", "--set", "tenancy.allowMatchAll=true",
+                  "--set", "leaderElection.leaseDurationSeconds=30", "--set", "logFormat=plain",
+                  "--set", "verbose=true", "--set", "image.tag=dev")
+    got = env(docs)
+    assert got["SSB_ALLOWED_API_URLS"] == "https://api.coreweave.com,http://127.0.0.1:*"
+    assert got["SSB_ALLOWED_REACH"] == "team-*=shared;tenant-slurm=argocd,slurm-*"
+    assert got["SSB_ALLOWED_GRANT_ROLES"] == "sunk-scheduler-sandbox,my-scheduler-role"
+    assert got["SSB_SANDBOX_NAMESPACE_SELECTOR"] == "sunk.coreweave.com/sandbox=true"
+    assert got["SSB_MIN_RESYNC_INTERVAL"] == "1m" and got["SSB_ALLOW_MATCH_ALL"] == "true"
+    assert got["SSB_LEASE_DURATION_SECONDS"] == "30"
+    assert "SSB_RENEW_DEADLINE_SECONDS" not in got  # unset: the operator's default
+    assert {"--log-format=plain", "--verbose"} <= set(container(docs)["args"])
+    assert container(docs)["image"].endswith(":dev")
+    (role,) = [d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "sunk-sandbox-operator"]
+    (bind,) = [r for r in role["rules"] if r["verbs"] == ["bind"]]
+    assert bind["resourceNames"] == ["sunk-scheduler-sandbox", "my-scheduler-role"]
+
+
+def test_the_settings_the_operator_parses_are_accepted_by_it():
+    """What the chart renders into the environment is what `run` reads (a bad value fails at start)."""
+    from sunk_sandbox_operator.controller import config
+
+    got = env(render("--set", "tenancy.allowedReach.tenant-slurm={argocd}",
+                     "--set", "tenancy.grantRoles={a,b}", "--set", "leaderElection.retryPeriodSeconds=3",
+                     "--set", "tenancy.sandboxNamespaceSelector=sunk.coreweave.com/sandbox=true",
+                     "--set", "tenancy.minResyncInterval=1m", "--set", "tenancy.allowMatchAll=true"))
+    saved = dict(os.environ)
+    try:
+        os.environ.update({k: v for k, v in got.items() if v is not None})
+        loaded = config.load()
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    assert loaded.allowed_reach == {"tenant-slurm": ("argocd",)}
+    assert loaded.allowed_grant_roles == ("a", "b") and loaded.retry_period_seconds == 3.0
+    assert loaded.sandbox_namespace_selector == "sunk.coreweave.com/sandbox=true"
+    assert loaded.min_resync_seconds == 60.0 and loaded.allow_match_all is True
+    loaded.tenancy()  # the selector parses
+
+
+def test_webhook_with_a_provided_ca_bundle_needs_no_cert_manager():
+    docs = by_id(render("--set", "webhook.enabled=true", "--set", "webhook.certManager.enabled=false",
+                        "--set", "webhook.caBundle=Y2E=", "--set", "webhook.certSecretName=my-tls"))
+    assert not [k for k in docs if k[0] in ("Issuer", "Certificate")]
+    vwc = docs[("ValidatingWebhookConfiguration", None, "sunk-sandbox-operator")]
+    assert "annotations" not in vwc["metadata"]
+    assert vwc["webhooks"][0]["clientConfig"]["caBundle"] == "Y2E="
+    deployment = docs[("Deployment", OPERATOR_NS, "sunk-sandbox-operator")]
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["webhook-cert"]["secret"]["secretName"] == "my-tls"
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--set", "webhook.enabled=true", "--set", "webhook.certManager.enabled=false"], "webhook.caBundle"),
+    (["--set", "tenancy.grantRoles=null"], "tenancy.grantRoles must name at least one ClusterRole"),
+], ids=["webhook without a CA", "no grant role"])
+def test_refused_values(args, message):
+    done = helm("template", RELEASE, str(CHART), *args, check=False)
+    assert done.returncode != 0 and message in done.stderr, done.stderr
+
+
+def test_another_namespace_and_parts_off():
+    docs = by_id(render("--set", "namespace.name=ops", "--set", "namespace.create=false",
+                        "--set", "networkPolicy.enabled=false", "--set", "podDisruptionBudget.enabled=false",
+                        "--set", "schedulerRole.create=false"))
+    kinds = {k[0] for k in docs}
+    assert not kinds & {"Namespace", "NetworkPolicy", "PodDisruptionBudget"}
+    assert ("ClusterRole", None, "sunk-scheduler-sandbox") not in docs
+    assert {ns for _, ns, _ in docs if ns and ns != "tenant-slurm"} == {"ops"}
+    for (kind, _, _), doc in docs.items():
+        for subject in doc.get("subjects", []):
+            assert subject["namespace"] == "ops", kind
+
+
+# ---------------------------------------------------------------- install, a binding, uninstall
+
+
+@pytest.fixture(scope="module")
+def own_cluster():
+    from sunk_sandbox_devtools import devcluster
+
+    c = devcluster.temp_cluster()
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+def test_install_a_working_binding_and_uninstall_leaves_only_the_crd(own_cluster, emulator, tmp_path):
+    from sunk_sandbox_devtools.devcluster import OperatorProcess
+
+    kube = Kube(own_cluster)
+    kube.create_namespace("tenant-slurm")  # the documented prerequisite
+    cfg = own_cluster.kubeconfig
+    done = helm("install", RELEASE, str(CHART), "--namespace", "default",
+                "--set", "tenancy.allowedApiUrls={http://127.0.0.1:*}", kubeconfig=cfg)
+    assert "STATUS: deployed" in done.stdout, done.stdout
+    made = [d for d in yaml.safe_load_all(helm("get", "manifest", RELEASE, "-n", "default", kubeconfig=cfg).stdout) if d]
+    assert ids(made) == ids(render("--set", "tenancy.allowedApiUrls={http://127.0.0.1:*}"))
+    crd = kube.ext.read_custom_resource_definition("sunksandboxbindings.sunksandbox.dev")
+    assert any(c.type == "Established" and c.status == "True" for c in crd.status.conditions)
+
+    # The Deployment's pod as far as this control plane can run it: the operator with a token of the
+    # installed ServiceAccount and the environment the Deployment declares.
+    (deployment,) = [d for d in made if d["kind"] == "Deployment"]
+    declared = {e["name"]: e.get("value") for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+    process_env = {**{k: v for k, v in declared.items() if v is not None}, "POD_NAMESPACE": OPERATOR_NS,
+                   "POD_NAME": "sunk-sandbox-operator-0",
+                   **{k: v for k, v in TEST_ENV.items() if k != "SSB_ALLOWED_API_URLS"}}
+    assert declared["SSB_ALLOWED_API_URLS"] == "http://127.0.0.1:*"
+    token_config = own_cluster.service_account_kubeconfig(OPERATOR_NS, SA, tmp_path / "operator.kubeconfig")
+    operator = OperatorProcess(token_config, tmp_path / "operator.log", env=process_env, args=("--log-format=json",))
+    try:
+        with emulator.state.lock:
+            emulator.state.add_runner("runner-7f3a", {"constraints": {"network": {"egress": {"allow": ["pypi.org"]}}}})
+        kube.core.create_namespaced_secret("tenant-slurm", {"metadata": {"name": "coreweave-api"},
+                                                            "stringData": {"token": ADMIN_TOKEN}})
+        make_scheduler(kube, "tenant-slurm")
+        binding = yaml.safe_load((MANIFESTS / "examples" / "binding.yaml").read_text())
+        binding["spec"]["runner"]["apiURL"] = emulator.url
+        kube.apply(binding)
+        out = kube.kubectl("wait", "--for=condition=Ready", "ssb/cpu-sandboxes", "-n", "tenant-slurm",
+                           "--timeout=60s", check=False)
+        assert out.returncode == 0, (out.stderr, json.dumps(kube.binding("tenant-slurm", "cpu-sandboxes")
+                                                            .get("status"), indent=1), operator.logs()[-3000:])
+        policy = emulator.state.runners["runner-7f3a"]["policy"]
+        assert policy["base"]["spec"]["schedulerName"] == "slurm-scheduler"
+        grants = kube.rbac.list_namespaced_role_binding("tenant-slurm").items
+        assert any(rb.role_ref.name == "sunk-scheduler-sandbox" for rb in grants), "the chart's bind rule"
+        kube.kubectl("delete", "ssb", "-n", "tenant-slurm", "cpu-sandboxes", "--timeout=60s")
+        policy = emulator.state.runners["runner-7f3a"]["policy"]
+        assert "schedulerName" not in (policy.get("base") or {}).get("spec", {})
+        assert not [rb for rb in kube.rbac.list_namespaced_role_binding("tenant-slurm").items
+                    if rb.role_ref.name == "sunk-scheduler-sandbox"]
+    finally:
+        operator.stop()
+
+    done = helm("uninstall", RELEASE, "--namespace", "default", kubeconfig=cfg)
+    assert "uninstalled" in done.stdout
+    left = []
+    for doc in made:
+        kind, ns, name = doc["kind"], doc["metadata"].get("namespace"), doc["metadata"]["name"]
+        got = kube.kubectl("get", kind, name, *(["-n", ns] if ns else []), "-o", "json", check=False)
+        if got.returncode == 0:
+            left.append((kind, ns, name, json.loads(got.stdout)["metadata"]))
+        else:
+            assert "NotFound" in got.stderr, got.stderr
+    # The Namespace is deleted; with no namespace controller here (no kube-controller-manager) it stays
+    # Terminating, holding what the operator wrote at run time (its released Lease), which that
+    # controller removes with it on a real cluster.
+    assert [(k, ns, n) for k, ns, n, _ in left] == [("Namespace", None, OPERATOR_NS)]
+    assert left[0][3].get("deletionTimestamp")
+    remaining = set()
+    for resource in ("configmaps", "leases.coordination.k8s.io", "secrets", "serviceaccounts", "roles",
+                     "rolebindings", "services", "deployments", "poddisruptionbudgets", "networkpolicies"):
+        names = kube.kubectl("get", resource, "-n", OPERATOR_NS, "-o", "name").stdout.split()
+        remaining.update(names)
+    assert remaining <= {"lease.coordination.k8s.io/sunk-sandbox-operator"}, remaining
+    assert not kube.kubectl("get", "secrets", "-n", "default", "-l", "owner=helm", "-o", "name").stdout.strip()
+    for kind in ("clusterroles", "clusterrolebindings", "validatingwebhookconfigurations"):
+        managed = kube.kubectl("get", kind, "-l", "app.kubernetes.io/managed-by=Helm", "-o", "name").stdout.strip()
+        assert not managed, managed
+    for ns in ("tenant-slurm", "default"):
+        managed = kube.kubectl("get", "rolebindings,serviceaccounts,configmaps", "-n", ns,
+                               "-l", "app.kubernetes.io/managed-by=Helm", "-o", "name").stdout.strip()
+        assert not managed, managed
+    crd = kube.ext.read_custom_resource_definition("sunksandboxbindings.sunksandbox.dev")
+    assert crd.metadata.deletion_timestamp is None, "Helm keeps the CRDs of crds/"
