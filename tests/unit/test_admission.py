@@ -183,8 +183,8 @@ def test_another_binding_on_the_same_scope_target_is_a_warning() -> None:
                          runner={"id": "r2", "tokenSecretRef": {"name": "s"}})
     d = decide(review(obj=binding_body("b", NS)), adm.Facts(bindings=[other], secret=adm.SecretFact.PRESENT))
     (w,) = d.warnings
-    assert w == f"the scope target (SchedulerConfigMap {NS}) is also written by {NS}/first: the namespace lists " \
-        "are merged"
+    assert w == f"the scope target (SchedulerConfigMap {NS} scheduler.conf scheduler.scope.namespaces) is also " \
+        f"written by {NS}/first: the namespace lists are merged"  # defaults filled in: spelled out or not, the same
     # One that disagrees on what cannot be merged says so (the controller will refuse it).
     observe = with_spec(binding_body("b", NS), mode="Observe")
     (w,) = decide(review(obj=observe), adm.Facts(bindings=[other], secret=adm.SecretFact.PRESENT)).warnings

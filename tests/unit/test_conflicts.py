@@ -33,3 +33,16 @@ def test_an_older_binding_keeps_the_runner_until_its_finalizer_is_done():
     # Its Restore may still be writing the policy back; the younger takes over on its DELETED event.
     assert older_owner(NEW, [b("a", "old", "r1", "2026-11-30T00:00:00Z", deleting=True), NEW]) == "a/old"
     assert older_owner(NEW, [NEW]) is None
+
+
+def test_a_spelled_out_default_and_an_omitted_one_are_the_same_scheduler_configmap_target() -> None:
+    """target_key is target_ref.locate's: the spec's defaults filled in for every kind (it compared raw
+    specs for ConfigMap targets, so `key: scheduler.conf` written out looked like another target)."""
+    from sunk_sandbox_operator.core import conflicts as cf
+
+    def body(name: str, **target) -> dict:
+        return {"metadata": {"namespace": "slurm", "name": name},
+                "spec": {"runner": {"id": name, "tokenSecretRef": {"name": "s"}}, "sandboxNamespaces": {"names": ["ds-*"]},
+                         "scope": {"target": target}}}
+    assert cf.target_key(body("a")) == cf.target_key(body("b", configMap={"key": "scheduler.conf"}))
+    assert cf.target_key(body("a")) != cf.target_key(body("c", configMap={"key": "other.conf"}))

@@ -3,8 +3,8 @@
 A target reads the list (`read` → `TargetRead`: the values, their style, and the object as a
 precondition) and writes a new one with that precondition (`write`: raises `kube.Conflict` when
 the object changed since the read). Every failure the operator can explain is a `TargetProblem`
-carrying the ScopeSynced reason and the fix. A new target kind is one new class here and one
-entry in `KINDS`. The documents are tenant-written: scope_doc.parse reads them through core/untrusted
+carrying the ScopeSynced reason and the fix. Which object a spec names is `core.target_ref`'s to
+say (`locate`); `build` turns that descriptor into the class that reads and writes it here. The documents are tenant-written: scope_doc.parse reads them through core/untrusted
 (once per resourceVersion, a refusal too), and a refused one (DocumentRefused) is never written over.
 """
 
@@ -21,6 +21,7 @@ from ..api.reasons import ScopeSynced, grant_targets
 from ..api.spec import BindingSpec
 from ..core.grants import binding_label
 from ..core import scope_doc
+from ..core.target_ref import APPLICATION, CONFIGMAP, FLUX, TargetRef, locate
 from ..core.ledger import Ledger, decode as decode_ledger, encode as encode_ledger
 from . import kube as k
 
@@ -60,7 +61,7 @@ class ScopeTarget(Protocol):
 
     def describe(self) -> str: ...
 
-    def ref(self) -> dict:
+    def ref(self) -> TargetRef:
         """Which list this is (status.scope.target): a switch of target is seen by comparing these."""
         ...
 
@@ -157,9 +158,8 @@ class ConfigMapTarget:
     def describe(self) -> str:
         return f"ConfigMap {self.namespace}/{self.name} key {self.key} at {self.path}"
 
-    def ref(self) -> dict:
-        return {"kind": "SchedulerConfigMap", "namespace": self.namespace, "name": self.name, "key": self.key,
-                "path": self.path}
+    def ref(self) -> TargetRef:
+        return TargetRef(CONFIGMAP, self.namespace, self.name, self.path, self.key)
 
     async def read(self, reuse: bool = False) -> TargetRead:
         memo = self.memo or {}
@@ -214,8 +214,9 @@ class ApplicationTarget:
         where = self.located.describe(self.path) if self.located else f"{self.path} in its Helm values"
         return f"Application {self.namespace}/{self.name} at {where}"
 
-    def ref(self) -> dict:
-        return {"kind": "ArgoCDApplication", "namespace": self.namespace, "name": self.name, "path": self.path}
+    def ref(self) -> TargetRef:
+        return TargetRef(APPLICATION, self.namespace, self.name, self.path, source_chart=self.source_chart,
+                         source_index=self.source_index)
 
     def _locate(self, obj: dict) -> Any:
         from ..core import app_values  # (imported here: this class is the module's only user)
@@ -254,25 +255,6 @@ class ApplicationTarget:
         return ((written or {}).get("metadata") or {}).get("resourceVersion")
 
 
-def _configmap(kube: k.Kube, spec: BindingSpec, scheduler_namespace: str, discovered_name: str | None,
-               memo: dict | None) -> ScopeTarget:
-    t = spec.scope.target.config_map
-    name = t.name or discovered_name
-    if not name:
-        key, value = SCHEDULER_CONFIGMAP_LABEL
-        raise TargetProblem(ScopeSynced.TARGET_NOT_FOUND,
-                            f"no ConfigMap labelled {key}={value} with key {t.key} in {scheduler_namespace}: set "
-                            "spec.scope.target.configMap.name, or use target kind ArgoCDApplication when the list "
-                            "lives in the Slurm chart's Helm values")
-    return ConfigMapTarget(kube, scheduler_namespace, name, t.key, t.path, memo)
-
-
-def _application(kube: k.Kube, spec: BindingSpec, scheduler_namespace: str, discovered_name: str | None,
-                 memo: dict | None) -> ScopeTarget:
-    t = spec.scope.target.application
-    return ApplicationTarget(kube, t.namespace, t.name, t.path, memo, t.source_chart, t.source_index)
-
-
 class FluxTarget:
     """A key of a ConfigMap the operator owns, consumed by a Flux HelmRelease through `spec.valuesFrom`.
 
@@ -297,9 +279,8 @@ class FluxTarget:
         return (f"ConfigMap {self.namespace}/{self.name} key {self.key} at {self.path} (valuesFrom of HelmRelease "
                 f"{self.namespace}/{self.helm_release})")
 
-    def ref(self) -> dict:
-        return {"kind": "FluxHelmRelease", "namespace": self.namespace, "name": self.name, "key": self.key,
-                "path": self.path, "helmRelease": self.helm_release}
+    def ref(self) -> TargetRef:
+        return TargetRef(FLUX, self.namespace, self.name, self.path, self.key, self.helm_release)
 
     def values_from_entry(self) -> dict:
         return {"kind": "ConfigMap", "name": self.name, "valuesKey": self.key}
@@ -385,35 +366,25 @@ def _sets_path(values: Any, path: str) -> bool:
     return True
 
 
-def _flux(kube: k.Kube, spec: BindingSpec, scheduler_namespace: str, discovered_name: str | None,
-          memo: dict | None) -> ScopeTarget:
-    t = spec.scope.target.helm_release
-    name = t.config_map_name()
-    if not t.name or len(name) > 253:
-        raise TargetProblem(ScopeSynced.INVALID_CONFIG, "spec.scope.target.helmRelease needs a name, and a configMap "
-                            f"name when {t.name}-sunk-scope is longer than 253 characters")
-    return FluxTarget(kube, t.namespace or scheduler_namespace, t.name, name, t.key, t.path, memo)
-
-
-# spec.scope.target.kind → how to build the target.
-KINDS: dict[str, Any] = {"SchedulerConfigMap": _configmap, "ArgoCDApplication": _application,
-                         "FluxHelmRelease": _flux}
+def build(kube: k.Kube, ref: TargetRef, memo: dict | None = None) -> ScopeTarget:
+    """The target `ref` names; `memo` (kept by the caller between syncs) saves re-parsing it."""
+    if ref.kind == APPLICATION:
+        return ApplicationTarget(kube, ref.namespace, ref.name, ref.path, memo, ref.source_chart, ref.source_index)
+    if ref.kind == FLUX:
+        if not ref.helm_release or len(ref.name) > 253:
+            raise TargetProblem(ScopeSynced.INVALID_CONFIG, "spec.scope.target.helmRelease needs a name, and a "
+                                f"configMap name when {ref.helm_release}-sunk-scope is longer than 253 characters")
+        return FluxTarget(kube, ref.namespace, ref.helm_release, ref.name, ref.key or "", ref.path, memo)
+    if not ref.name:
+        label, value = SCHEDULER_CONFIGMAP_LABEL
+        raise TargetProblem(ScopeSynced.TARGET_NOT_FOUND,
+                            f"no ConfigMap labelled {label}={value} with key {ref.key} in {ref.namespace}: set "
+                            "spec.scope.target.configMap.name, or use target kind ArgoCDApplication when the list "
+                            "lives in the Slurm chart's Helm values")
+    return ConfigMapTarget(kube, ref.namespace, ref.name, ref.key or "", ref.path, memo)
 
 
 def for_spec(kube: k.Kube, spec: BindingSpec, scheduler_namespace: str, discovered_configmap: str | None,
              memo: dict | None = None) -> ScopeTarget:
-    """The target the spec names; `memo` (kept by the caller between syncs) saves re-parsing it."""
-    return KINDS[spec.scope.target.kind](kube, spec, scheduler_namespace, discovered_configmap, memo)
-
-
-def from_ref(kube: k.Kube, ref: dict) -> ScopeTarget | None:
-    """The target a recorded `ref` names (status.scope.target), to leave it after a switch; None
-    when the record is not one this version writes."""
-    try:
-        kind, ns, name, path = ref["kind"], ref["namespace"], ref["name"], ref["path"]
-        return {"SchedulerConfigMap": lambda: ConfigMapTarget(kube, ns, name, ref["key"], path, {}),
-                "ArgoCDApplication": lambda: ApplicationTarget(kube, ns, name, path, {}),
-                "FluxHelmRelease": lambda: FluxTarget(kube, ns, ref["helmRelease"], name, ref["key"], path, {}),
-                }.get(kind, lambda: None)()
-    except (KeyError, TypeError):
-        return None
+    """The target the spec names, for a scheduler in `scheduler_namespace` (`target_ref.locate`)."""
+    return build(kube, locate(spec, scheduler_namespace, discovered_configmap), memo)

@@ -193,7 +193,7 @@ class SandboxNamespaces(_Model):
     )
 
 
-class ConfigMapTarget(_Model):
+class ConfigMapTargetSpec(_Model):
     """The scheduler's ConfigMap holding the watched-namespace list (SUNK 8)."""
 
     name: str = Field(
@@ -209,7 +209,7 @@ class ConfigMapTarget(_Model):
     )
 
 
-class ApplicationTarget(_Model):
+class ApplicationTargetSpec(_Model):
     """An Argo CD Application rendering the Slurm Helm chart; the list lives in its Helm values."""
 
     model_config = ConfigDict(
@@ -248,13 +248,13 @@ class ApplicationTarget(_Model):
     )
 
     @model_validator(mode="after")
-    def _one_source_selector(self) -> "ApplicationTarget":
+    def _one_source_selector(self) -> "ApplicationTargetSpec":
         if self.source_chart is not None and self.source_index is not None:
             raise ValueError("spec.scope.target.application: set sourceChart or sourceIndex, not both")
         return self
 
 
-class FluxTarget(_Model):
+class FluxTargetSpec(_Model):
     """A Flux HelmRelease rendering the Slurm chart: the operator owns a ConfigMap (one key of it) that the
     HelmRelease consumes through spec.valuesFrom, so nobody fights over the Git-managed HelmRelease."""
 
@@ -284,7 +284,7 @@ class FluxTarget(_Model):
         return self.config_map or f"{self.name}-sunk-scope"
 
 
-class ScopeTarget(_Model):
+class ScopeTargetSpec(_Model):
     """Where the scheduler's watched-namespace list lives."""
 
     model_config = ConfigDict(
@@ -307,15 +307,15 @@ class ScopeTarget(_Model):
         description="SchedulerConfigMap: edit the scheduler's ConfigMap. ArgoCDApplication: edit the Helm values of an Argo CD Application. "
         "FluxHelmRelease: own a values ConfigMap that a Flux HelmRelease consumes through spec.valuesFrom.",
     )
-    config_map: ConfigMapTarget = Field(default_factory=ConfigMapTarget, description="Used when kind is SchedulerConfigMap.")
-    application: ApplicationTarget = Field(default_factory=ApplicationTarget, description="Used when kind is ArgoCDApplication.")
-    helm_release: FluxTarget = Field(default_factory=FluxTarget, description="Used when kind is FluxHelmRelease.")
+    config_map: ConfigMapTargetSpec = Field(default_factory=ConfigMapTargetSpec, description="Used when kind is SchedulerConfigMap.")
+    application: ApplicationTargetSpec = Field(default_factory=ApplicationTargetSpec, description="Used when kind is ArgoCDApplication.")
+    helm_release: FluxTargetSpec = Field(default_factory=FluxTargetSpec, description="Used when kind is FluxHelmRelease.")
 
 
 class ScopeSpec(_Model):
     """Keeps the scheduler's watched-namespace list equal to the sandbox namespaces."""
 
-    target: ScopeTarget = Field(default_factory=ScopeTarget, description="Where the list lives.")
+    target: ScopeTargetSpec = Field(default_factory=ScopeTargetSpec, description="Where the list lives.")
     always_include: list[NamespaceName] = Field(
         default_factory=list,
         max_length=ALWAYS_INCLUDE_MAX,

@@ -23,8 +23,8 @@ from typing import Any, Callable, Iterable
 from ..adapters import kube as k
 from ..adapters.informer import Informer, Resource
 from ..api.keys import SCHEDULER_CONFIGMAP_LABEL
-from ..api.spec import BindingSpec
 from ..core import selectors
+from ..core.target_ref import CONFIGMAP, TargetRef, locate
 from .state import BindingState
 
 # The controller Context (bindings, http, config, metrics, depends). Not imported: the context
@@ -61,34 +61,22 @@ def scheduler_namespace(state: BindingState) -> str | None:
     return state.discovery.namespace if state.discovery else state.spec.scheduler_namespace(state.namespace)
 
 
-def application_ref(spec: BindingSpec, scheduler_ns: str) -> tuple[str, str] | None:
-    if spec.scope.target.kind != "ArgoCDApplication":
-        return None
-    app = spec.scope.target.application
-    return (app.namespace or scheduler_ns, app.name) if app and app.name else None
-
-
-def helm_release_ref(spec: BindingSpec, scheduler_ns: str) -> tuple[str, str, str] | None:
-    """(namespace, HelmRelease, values ConfigMap) of a FluxHelmRelease target."""
-    if spec.scope.target.kind != "FluxHelmRelease" or not spec.scope.target.helm_release.name:
-        return None
-    hr = spec.scope.target.helm_release
-    return hr.namespace or scheduler_ns, hr.name, hr.config_map_name()
+def target_of(state: BindingState) -> TargetRef:
+    """The binding's scope target (core.target_ref: the one place that knows each kind's objects)."""
+    return locate(state.spec, state.namespace, state.discovery.configmap_name if state.discovery else None)
 
 
 def wanted(state: BindingState) -> set[Watched]:
-    """What this binding depends on, as watches (none for a deleted or unparsable binding)."""
+    """What this binding depends on, as watches (none for a deleted or unparsable binding): the
+    scheduler namespace's ConfigMaps and scheduler pods, and every object its target reads."""
     ns = scheduler_namespace(state)
     if ns is None or state.deleted:
         return set()
     out = {Watched("ConfigMap", ns),
            Watched("Pod", ns, selectors.to_label_selector_string(state.spec.scheduler.pod_selector) or None)}
-    app = application_ref(state.spec, ns)
-    if app:
-        out.add(Watched("Application", app[0]))
-    flux = helm_release_ref(state.spec, ns)
-    if flux:  # the ConfigMap watch is the scheduler namespace's one when the HelmRelease lives there
-        out |= {Watched("HelmRelease", flux[0]), Watched("ConfigMap", flux[0])}
+    target = target_of(state)
+    if target.kind != CONFIGMAP:  # the scheduler ConfigMap target is the scheduler namespace's watch
+        out |= {Watched(kind, namespace) for kind, namespace, name in target.reads if name}
     return out
 
 
@@ -101,9 +89,8 @@ def reads_configmap(state: BindingState, name: str, labels: dict | None) -> bool
     if d is None:
         return True  # not discovered yet: anything may be what it reads
     key, value = SCHEDULER_CONFIGMAP_LABEL
-    target = state.spec.scope.target
     return (name == d.configmap_name or name in d.slurm_configmaps or (labels or {}).get(key) == value
-            or (target.kind == "SchedulerConfigMap" and name == target.config_map.name))
+            or name == target_of(state).name)
 
 
 def concerns(state: BindingState, watched: Watched, name: str, labels: dict | None) -> bool:
@@ -111,15 +98,11 @@ def concerns(state: BindingState, watched: Watched, name: str, labels: dict | No
     if state.spec is None or state.deleted or scheduler_namespace(state) is None:
         return False
     ns = scheduler_namespace(state)
-    flux = helm_release_ref(state.spec, ns)
-    if watched.kind == "ConfigMap":
-        return ((watched.namespace == ns and reads_configmap(state, name, labels))
-                or (flux is not None and (watched.namespace, name) == (flux[0], flux[2])))
-    if watched.kind == "HelmRelease":
-        return flux is not None and (watched.namespace, name) == flux[:2]
     if watched.kind == "Pod":
         return watched.namespace == ns and selectors.matches(state.spec.scheduler.pod_selector, labels or {})
-    return application_ref(state.spec, ns) == (watched.namespace, name)
+    if watched.kind == "ConfigMap" and watched.namespace == ns and reads_configmap(state, name, labels):
+        return True
+    return (watched.kind, watched.namespace, name) in target_of(state).reads
 
 
 class Dependencies:

@@ -21,6 +21,7 @@ from ..api.events import EventReason
 from ..api.reasons import ScopeSynced
 from ..core import roll_pacing as pacing
 from ..core.compose import Part
+from ..core.target_ref import TargetRef
 from ..core.scope import NamespaceInfo
 from . import grants, placement, retry, scope_sync
 from . import scope_restore as sr
@@ -45,7 +46,7 @@ def memory(ctx: Context, state: BindingState) -> ScopeMemory:
         state.scope = ScopeMemory(
             preexisting=sorted(pre) if isinstance(pre, list) else None,
             added=sorted(a for a in section.get("added") or [] if isinstance(a, str)),
-            target_ref=dict(recorded) if isinstance(recorded, dict) else None,
+            target_ref=TargetRef.from_wire(recorded),
             # A restart (a new leader) keeps rolls rationed: the last one, as status recorded it.
             last_roll=pacing.monotonic_of(rolled_at, ctx.now_iso(), ctx.monotonic()),
             last_roll_at=rolled_at if isinstance(rolled_at, str) else None,

@@ -13,6 +13,7 @@ from ..adapters import kube as k
 from ..adapters import targets
 from ..core import scope as sc
 from ..core.ledger import Entry
+from ..core.target_ref import TargetRef
 from . import retry
 from . import roll as rolling
 from .context import Context
@@ -36,11 +37,11 @@ def others(ctx: Context, state: BindingState, read: targets.TargetRead) -> froze
     return frozenset(n for ref, e in read.ledger.entries.items() if ref != state.ref and live(ref) for n in e.added)
 
 
-async def leave(ctx: Context, state: BindingState, mem: ScopeMemory, new_ref: dict) -> None:
+async def leave(ctx: Context, state: BindingState, mem: ScopeMemory, new_ref: TargetRef) -> None:
     """The spec (or discovery) moved the list to another target: Restore in the one we kept
     (our names and our ledger entry leave it), then start fresh on the new one. A target the
     binding's namespace may no longer reach is not touched (said in an event)."""
-    old = targets.from_ref(ctx.kube, mem.target_ref) if mem.target_ref else None
+    old = targets.build(ctx.kube, mem.target_ref, {}) if mem.target_ref else None
     if old is not None and not ctx.tenancy.may_reach(state.namespace, old.namespace):
         ctx.event(state, EventReason.SCOPE_NOT_RESTORED, f"the scope target moved from {old.describe()}, which "
                   f"bindings in {state.namespace} may not reach: the names added there were left as they are")

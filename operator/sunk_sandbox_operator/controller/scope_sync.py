@@ -77,7 +77,7 @@ def _observation(ctx: Context, state: BindingState, target: targets.ScopeTarget,
         sandbox=frozenset(sandbox), always=tuple(spec.scope.always_include),
         preexisting=ours.preexisting, added=ours.added, observe=spec.mode == "Observe",
         others=sr.others(ctx, state, read), own_namespace=state.discovery.namespace if state.discovery else None,
-        target_ref=target.ref())
+        target_ref=target.ref().wire())
 
 
 async def _sync_inner(ctx: Context, state: BindingState, mem: ScopeMemory, periodic: bool,

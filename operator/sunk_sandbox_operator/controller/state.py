@@ -19,6 +19,7 @@ from ..core.compose import Part
 from ..core.placement import PlacementTracker
 from ..core.scheduler import Discovery
 from ..core.scope import Matcher, compile_matcher
+from ..core.target_ref import TargetRef
 from ..core.selectors import ParsedSelector
 
 if TYPE_CHECKING:
@@ -64,13 +65,13 @@ class ScopeMemory:
     cluster_permitted: bool | None = None      # ... everywhere (one cluster-wide SubjectAccessReview)
     denied: set[str] = field(default_factory=set)  # listed namespaces where it may not
     denied_asked: float = float("-inf")        # when the denied ones were last asked again (monotonic)
-    target_ref: dict | None = None             # the target `added`/`preexisting` belong to (status.scope.target)
+    target_ref: TargetRef | None = None        # the target `added`/`preexisting` belong to (status.scope.target)
     last_roll: float | None = None             # when this process last rolled the scheduler (monotonic)
     roll_timer: "Timer | None" = None          # the folded roll at the end of minRollInterval
     next_roll_at: str | None = None            # ... its time, for status.scope.nextRollTime
     last_roll_at: str | None = None            # status.scope.lastRollTime
 
-    def switch_target(self, ref: dict) -> None:
+    def switch_target(self, ref: TargetRef) -> None:
         """Start fresh on another target: what we added and found belongs to the one we left, and
         names already in the new one are pre-existing there."""
         self.target_ref, self.added, self.preexisting = ref, [], None

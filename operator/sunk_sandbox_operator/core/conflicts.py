@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 
-from ..api.spec import FluxTarget
+from ..api.spec import parse_spec
+from .target_ref import locate
 
 
 def _age_key(binding: dict) -> tuple[str, str, str]:
@@ -45,23 +46,14 @@ def older_owner(me: dict, others: list[dict]) -> str | None:
 
 
 def target_key(binding: dict) -> tuple:
-    """Which list a binding writes, from its spec alone (raw camelCase, as listed)."""
-    meta, spec = binding.get("metadata") or {}, binding.get("spec") or {}
-    sched_ns = (spec.get("scheduler") or {}).get("namespace") or meta.get("namespace") or ""
-    target = (spec.get("scope") or {}).get("target") or {}
-    kind = target.get("kind") or "SchedulerConfigMap"
-    if kind == "ArgoCDApplication":
-        app = target.get("application") or {}
-        return (kind, app.get("namespace") or "argocd", app.get("name") or "", app.get("path") or "")
-    if kind == "FluxHelmRelease":  # the ConfigMap key written, with the spec's defaults filled in
-        raw = target.get("helmRelease") or {}
-        try:
-            hr = FluxTarget.model_validate(raw)
-        except ValidationError:  # rejected elsewhere; keyed as written meanwhile
-            return (kind, sched_ns, repr(sorted(raw.items())))
-        return (kind, hr.namespace or sched_ns, hr.config_map_name(), hr.key, hr.path)
-    cm = target.get("configMap") or {}
-    return (kind, sched_ns, cm.get("name") or "", cm.get("key") or "", cm.get("path") or "")
+    """Which list a binding writes, from its spec alone (`target_ref.locate`, the spec's defaults
+    filled in: a binding that spells out a default and one that leaves it out share the target)."""
+    meta = binding.get("metadata") or {}
+    try:
+        spec = parse_spec(binding.get("spec") or {})
+    except ValidationError:  # refused elsewhere; keyed as written meanwhile
+        return ("unparsed", repr(binding.get("spec")))
+    return locate(spec, meta.get("namespace") or "").key_tuple
 
 
 def _writes(binding: dict) -> tuple[str, bool]:

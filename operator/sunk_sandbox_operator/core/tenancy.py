@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 from ..api.spec import BindingSpec, parse_spec
 from . import selectors
 from .scope import glob_literals, is_literal
+from .target_ref import locate
 
 DEFAULT_API_URLS = ("https://api.coreweave.com",)
 DEFAULT_GRANT_ROLES = ("sunk-scheduler-sandbox",)  # the ClusterRole the operator may bind (manifests/rbac.yaml)
@@ -228,12 +229,9 @@ def violations(spec: BindingSpec, binding_namespace: str, policy: TenancyPolicy)
 
     sched_ns = spec.scheduler_namespace(binding_namespace)
     reach("spec.scheduler.namespace", sched_ns, "the scheduler")
-    target = spec.scope.target
-    if target.kind == "ArgoCDApplication":
-        reach("spec.scope.target.application.namespace", target.application.namespace, "the Argo CD Application")
-    elif target.kind == "FluxHelmRelease":
-        reach("spec.scope.target.helmRelease.namespace", target.helm_release.namespace or sched_ns,
-              "the Flux HelmRelease")
+    target = locate(spec, binding_namespace)
+    if target.namespace != sched_ns:  # the scheduler's namespace was checked above
+        reach(*target.namespace_field[:1], target.namespace, target.namespace_field[1])
     role = spec.scope.grant_cluster_role
     if role and role not in policy.allowed_grant_roles:
         out.append(Violation("spec.scope.grantClusterRole", f"{role} is not a ClusterRole the operator may grant "
