@@ -45,3 +45,14 @@ def test_delayed_actions_go_through_the_timer_seam():
     offenders = [str(p.relative_to(ROOT)) for p in PACKAGE.rglob("*.py")
                  if any(t in p.read_text() for t in ("call_later(", "call_at("))]
     assert not offenders, offenders
+
+
+def test_one_shape_of_domain_error():
+    """A failure with a reason and a fix is a core.problems.Problem, wherever it is raised: no other
+    exception class carries a condition reason."""
+    import re
+
+    offenders = [str(p.relative_to(ROOT)) for p in PACKAGE.rglob("*.py") if p.name != "problems.py"
+                 and re.search(r"class \w+\((?:\w*Exception|\w*Error)\):(?:(?!\nclass ).)*self\.reason\b", p.read_text(),
+                               re.S)]
+    assert not offenders, offenders

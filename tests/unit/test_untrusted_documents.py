@@ -13,6 +13,7 @@ import copy
 
 import pytest
 
+from sunk_sandbox_operator.core.problems import Problem
 from sunk_sandbox_operator.adapters import targets
 from sunk_sandbox_operator.api.reasons import ScopeSynced
 from sunk_sandbox_operator.api.spec import parse_spec
@@ -73,7 +74,7 @@ async def test_a_write_that_would_pass_a_bound_is_refused_and_nothing_is_written
     t = targets.ConfigMapTarget(kube, "slurm", "cm", "scheduler.conf", PATH)
     read = await t.read()
     assert read.list.values == ["team"]
-    with pytest.raises(targets.TargetProblem) as info:
+    with pytest.raises(Problem) as info:
         await t.write(read, ["team"] + [f"ds-{i}" for i in range(20)], OURS)
     assert info.value.reason == ScopeSynced.DOCUMENT_REFUSED and f"more than {untrusted.MAX_NODES:,} YAML nodes" in info.value.message
     assert kube.count("replace_configmap") == 0
@@ -86,7 +87,7 @@ async def test_configmap_target_reads_the_refusal_and_never_writes_over_it(memo)
     t = targets.ConfigMapTarget(kube, "slurm", "cm", "scheduler.conf", PATH, memo)
     read = await t.read()
     assert read.list.values is None and read.list.reason == ScopeSynced.DOCUMENT_REFUSED and REFUSED in read.list.error
-    with pytest.raises(targets.TargetProblem) as info:   # even a caller that writes despite the error
+    with pytest.raises(Problem) as info:   # even a caller that writes despite the error
         await t.write(read, ["ds-a"], OURS)
     assert info.value.reason == ScopeSynced.DOCUMENT_REFUSED and t.describe() in info.value.message
     assert kube.count("replace_configmap") == 0
@@ -116,7 +117,7 @@ async def test_application_values_string_bomb_is_refused_and_never_patched() -> 
     read = await t.read()
     assert read.list.reason == ScopeSynced.DOCUMENT_REFUSED and REFUSED in read.list.error
     assert t.describe() == f"Application argocd/slurm at {PATH} in spec.source.helm.values"
-    with pytest.raises(targets.TargetProblem) as info:
+    with pytest.raises(Problem) as info:
         await t.write(read, ["ds-a"], OURS)
     assert info.value.reason == ScopeSynced.DOCUMENT_REFUSED and kube.count("merge_patch_application") == 0
 
@@ -142,7 +143,7 @@ async def test_flux_values_configmap_bomb_is_refused_and_never_replaced() -> Non
     t = targets.FluxTarget(kube, "slurm", "slurm", "vals", "values.yaml", PATH, {})
     read = await t.read()
     assert read.list.reason == ScopeSynced.DOCUMENT_REFUSED and REFUSED in read.list.error
-    with pytest.raises(targets.TargetProblem) as info:
+    with pytest.raises(Problem) as info:
         await t.write(read, ["ds-a"], OURS)
     assert info.value.reason == ScopeSynced.DOCUMENT_REFUSED and "ConfigMap slurm/vals key values.yaml" in info.value.message
     assert kube.count("replace_configmap") == 0 and kube.count("create_configmap") == 0

@@ -2,7 +2,7 @@
 
 A target reads the list (`read` → `TargetRead`: the values, their style, and the object as a
 precondition) and writes a new one with that precondition (`write`: raises `kube.Conflict` when
-the object changed since the read). Every failure the operator can explain is a `TargetProblem`
+the object changed since the read). Every failure the operator can explain is a `Problem`
 carrying the ScopeSynced reason and the fix. Which object a spec names is `core.target_ref`'s to
 say (`locate`); `build` turns that descriptor into the class that reads and writes it here. The documents are tenant-written: scope_doc.parse reads them through core/untrusted
 (once per resourceVersion, a refusal too), and a refused one (DocumentRefused) is never written over.
@@ -22,14 +22,11 @@ from ..api.spec import BindingSpec
 from ..core.grants import binding_label
 from ..core import scope_doc
 from ..core.target_ref import APPLICATION, CONFIGMAP, FLUX, TargetRef, locate
+from ..core.problems import Problem
 from ..core.ledger import Ledger, decode as decode_ledger, encode as encode_ledger
 from . import kube as k
 
 
-class TargetProblem(Exception):
-    def __init__(self, reason: ScopeSynced, message: str) -> None:
-        super().__init__(message)
-        self.reason, self.message = reason, message
 
 
 @dataclass(frozen=True)
@@ -86,9 +83,9 @@ def _reading(target: "ScopeTarget", what: str, field: str = "spec.scope.target",
     try:
         yield
     except k.NotFound:
-        raise TargetProblem(ScopeSynced.TARGET_NOT_FOUND, f"{what} not found: create it or fix {field}") from None
+        raise Problem(ScopeSynced.TARGET_NOT_FOUND, f"{what} not found: create it or fix {field}") from None
     except k.Forbidden as exc:
-        raise TargetProblem(ScopeSynced.FORBIDDEN, f"the operator may not read {denied or target.describe()}: {exc}; "
+        raise Problem(ScopeSynced.FORBIDDEN, f"the operator may not read {denied or target.describe()}: {exc}; "
                             f"{grant_targets(target.namespace)}") from None
 
 
@@ -98,12 +95,12 @@ def _writing(target: "ScopeTarget") -> Iterator[None]:
     try:
         yield
     except k.Forbidden as exc:
-        raise TargetProblem(ScopeSynced.FORBIDDEN, f"the operator may not write {target.describe()}: {exc}; "
+        raise Problem(ScopeSynced.FORBIDDEN, f"the operator may not write {target.describe()}: {exc}; "
                             f"{grant_targets(target.namespace)}") from None
     except k.NotFound:
-        raise TargetProblem(ScopeSynced.TARGET_NOT_FOUND, f"{target.describe()} disappeared while being written") from None
+        raise Problem(ScopeSynced.TARGET_NOT_FOUND, f"{target.describe()} disappeared while being written") from None
     except k.Invalid as exc:
-        raise TargetProblem(ScopeSynced.INVALID_CONFIG,
+        raise Problem(ScopeSynced.INVALID_CONFIG,
                             f"the API server refused the write to {target.describe()}: {exc}") from None
 
 
@@ -137,11 +134,11 @@ def _edited_key(target: Any, memo: dict, read: TargetRead, values: list[str] | N
     if values is None:
         return data, parsed, None
     if parsed[1]:  # malformed or refused YAML is never overwritten (edit takes the parse as valid)
-        raise TargetProblem(scope_doc.error_reason(parsed[1]), f"{target.describe()}: {parsed[1]}")
+        raise Problem(scope_doc.error_reason(parsed[1]), f"{target.describe()}: {parsed[1]}")
     try:  # the span of our previous write, when this is the text it produced: no re-parse
         e = scope_doc.edit(text, target.path, values, read.list.style, parsed[0], memo.get("span"))
     except ValueError as exc:  # or untrusted.Refused: e.g. the new list would take the document past a bound
-        raise TargetProblem(scope_doc.error_reason(exc), f"{target.describe()}: {exc}") from None
+        raise Problem(scope_doc.error_reason(exc), f"{target.describe()}: {exc}") from None
     return {**data, target.key: e.text}, (e.data, None), e.span
 
 
@@ -170,7 +167,7 @@ class ConfigMapTarget:
             obj = await self.kube.get_configmap(self.namespace, self.name)
         data = obj.get("data") or {}
         if self.key not in data:
-            raise TargetProblem(ScopeSynced.TARGET_NOT_FOUND, f"ConfigMap {self.namespace}/{self.name} has no key "
+            raise Problem(ScopeSynced.TARGET_NOT_FOUND, f"ConfigMap {self.namespace}/{self.name} has no key "
                                 f"{self.key}: fix spec.scope.target.configMap.key")
         text = data[self.key]
         doc, error = _memoized(self.memo, _version(obj, self.key, self.path), lambda: scope_doc.parse(text))
@@ -225,8 +222,8 @@ class ApplicationTarget:
             version = _version(obj, source.where, "helm.values")  # a values string is parsed once per version
             return app_values.locate(source, self.path,
                                      lambda text: _memoized(self.memo, version, lambda: scope_doc.parse(text)))
-        except app_values.Problem as p:
-            raise TargetProblem(p.reason, f"Application {self.namespace}/{self.name}: {p.message}") from None
+        except Problem as p:
+            raise Problem(p.reason, f"Application {self.namespace}/{self.name}: {p.message}") from None
 
     def last_write(self) -> str | None:
         return None  # Argo CD writes the Application's status all the time: always read it
@@ -246,8 +243,8 @@ class ApplicationTarget:
             loc = self._locate(read.obj)
             try:
                 patch["spec"], new_doc = app_values.spec_patch(loc, self.path, values, read.obj["spec"])
-            except app_values.Problem as p:
-                raise TargetProblem(p.reason, f"{self.describe()}: {p.message}") from None
+            except Problem as p:
+                raise Problem(p.reason, f"{self.describe()}: {p.message}") from None
         with _writing(self):
             written = await self.kube.merge_patch_application(self.namespace, self.name, patch)
         if new_doc is not None and written:  # the text written was checked to parse to new_doc
@@ -263,7 +260,7 @@ class FluxTarget:
     upgrade the release within seconds of a change. `read` first checks that the HelmRelease consumes
     this key as a values document (a valuesFrom entry without targetPath) and that its inline
     `spec.values`, which Flux merges over every valuesFrom entry, does not set the path: else a
-    TargetProblem, and nothing is written. A missing ConfigMap reads as an empty document and the
+    Problem, and nothing is written. A missing ConfigMap reads as an empty document and the
     first write creates it (AlreadyExists is a lost race: `kube.Conflict`, like a stale resourceVersion).
     """
 
@@ -298,12 +295,12 @@ class FluxTarget:
             why = (f"reads ConfigMap {self.name} key {self.key} only with a targetPath (a single flat value): remove "
                    "targetPath, the key holds a values document" if ours else
                    f"does not read ConfigMap {self.name} key {self.key} in spec.valuesFrom")
-            raise TargetProblem(ScopeSynced.VALUES_FROM_MISSING, f"{hr} {why}. Add this entry, last in "
+            raise Problem(ScopeSynced.VALUES_FROM_MISSING, f"{hr} {why}. Add this entry, last in "
                                 f"spec.valuesFrom (a later entry setting {self.path} would override it):\n{snippet}\n"
                                 "(or fix spec.scope.target.helmRelease); nothing is written until then")
         values = spec.get("values")
         if _sets_path(values, self.path):
-            raise TargetProblem(ScopeSynced.VALUES_OVERRIDDEN, f"{hr} sets {self.path} in its inline spec.values, "
+            raise Problem(ScopeSynced.VALUES_OVERRIDDEN, f"{hr} sets {self.path} in its inline spec.values, "
                                 "which Flux merges over every valuesFrom entry, so the list in "
                                 f"{self.describe()} would have no effect: remove {self.path} from spec.values (list "
                                 "fixed namespaces in spec.scope.alwaysInclude); nothing is written until then")
@@ -372,12 +369,12 @@ def build(kube: k.Kube, ref: TargetRef, memo: dict | None = None) -> ScopeTarget
         return ApplicationTarget(kube, ref.namespace, ref.name, ref.path, memo, ref.source_chart, ref.source_index)
     if ref.kind == FLUX:
         if not ref.helm_release or len(ref.name) > 253:
-            raise TargetProblem(ScopeSynced.INVALID_CONFIG, "spec.scope.target.helmRelease needs a name, and a "
+            raise Problem(ScopeSynced.INVALID_CONFIG, "spec.scope.target.helmRelease needs a name, and a "
                                 f"configMap name when {ref.helm_release}-sunk-scope is longer than 253 characters")
         return FluxTarget(kube, ref.namespace, ref.helm_release, ref.name, ref.key or "", ref.path, memo)
     if not ref.name:
         label, value = SCHEDULER_CONFIGMAP_LABEL
-        raise TargetProblem(ScopeSynced.TARGET_NOT_FOUND,
+        raise Problem(ScopeSynced.TARGET_NOT_FOUND,
                             f"no ConfigMap labelled {label}={value} with key {ref.key} in {ref.namespace}: set "
                             "spec.scope.target.configMap.name, or use target kind ArgoCDApplication when the list "
                             "lives in the Slurm chart's Helm values")

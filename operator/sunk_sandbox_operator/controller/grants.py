@@ -9,7 +9,7 @@ from __future__ import annotations
 from ..api.events import EventReason
 from ..adapters import grants as io
 from ..adapters import kube as k
-from ..adapters.targets import TargetProblem
+from ..core.problems import Problem
 from ..api.reasons import ScopeSynced
 from ..core import grants as g
 from ..core import scope as sc
@@ -80,7 +80,7 @@ async def sync(ctx: Context, state: BindingState, mem: ScopeMemory, grantable: l
     if errors:
         fix = (f" The operator needs `bind` on ClusterRole {role} (add it to resourceNames in manifests/rbac.yaml)."
                if forbidden else "")
-        raise TargetProblem(ScopeSynced.FORBIDDEN if forbidden else ScopeSynced.GRANT_FAILED,
+        raise Problem(ScopeSynced.FORBIDDEN if forbidden else ScopeSynced.GRANT_FAILED,
                             f"RoleBindings for the scheduler's ServiceAccount: {len(errors)} failed "
                             f"({'; '.join(errors[:3])})." + fix)
 
@@ -93,7 +93,7 @@ async def _ours(ctx: Context, state: BindingState) -> list[g.Grant]:
     try:
         return [g.grant_of(rb) for rb in await io.list_ours(ctx.kube, g.selector(state.namespace, state.name))]
     except k.Forbidden as exc:
-        raise TargetProblem(ScopeSynced.FORBIDDEN, f"the operator may not list RoleBindings: {exc}") from None
+        raise Problem(ScopeSynced.FORBIDDEN, f"the operator may not list RoleBindings: {exc}") from None
 
 
 async def remove_all(ctx: Context, state: BindingState, mem: ScopeMemory | None) -> None:
@@ -137,7 +137,7 @@ async def verify_scheduler(ctx: Context, state: BindingState, mem: ScopeMemory, 
     if refresh or mem.cluster_permitted is None:
         (everywhere,) = await io.scheduler_permitted(ctx.kube, sa, [""])
         if isinstance(everywhere, k.Forbidden):
-            raise TargetProblem(ScopeSynced.FORBIDDEN, "the operator may not create SubjectAccessReviews to check "
+            raise Problem(ScopeSynced.FORBIDDEN, "the operator may not create SubjectAccessReviews to check "
                                 f"the scheduler's RBAC: {everywhere}")
         if isinstance(everywhere, Exception):
             return  # unknown this time: checked again at the next sync
@@ -160,7 +160,7 @@ async def verify_scheduler(ctx: Context, state: BindingState, mem: ScopeMemory, 
             mem.denied.add(ns)
     if mem.denied:
         denied = [ns for ns in live if ns in mem.denied]
-        raise TargetProblem(ScopeSynced.SCHEDULER_NOT_PERMITTED, (
+        raise Problem(ScopeSynced.SCHEDULER_NOT_PERMITTED, (
             f"the scheduler's ServiceAccount {sa[0]}/{sa[1]} may not watch pods or create pods/binding in "
             f"{len(denied)} of the binding's listed namespace(s): {sc.names(sorted(denied))}; its sandboxes there stay "
             "Pending. Set spec.scope.grantClusterRole: sunk-scheduler-sandbox (shipped with the operator) so the "

@@ -15,6 +15,7 @@ from ..adapters.runnerapi import client as rc
 from ..adapters.runnerapi import errors as rerr
 from ..api.reasons import PolicySynced
 from ..api.status import OwnedPath
+from ..core.problems import Problem
 from ..core import policy as pol
 from ..core import ownership as own
 from ..core import policy_decide as decide
@@ -26,8 +27,9 @@ from .state import BindingState
 COND = "PolicySynced"
 
 
-class CredentialsMissing(Exception):
-    pass
+def _missing(message: str) -> Problem:
+    """The token cannot be read: PolicySynced=False CredentialsMissing, retried with backoff."""
+    return Problem(PolicySynced.CREDENTIALS_MISSING, message)
 
 
 def _status_owned(state: BindingState) -> list[OwnedPath]:
@@ -57,22 +59,22 @@ def _part(state: BindingState, report: decide.PolicyReport) -> Part:
 
 
 async def read_token(ctx: Context, state: BindingState) -> str:
-    """The API token, from the admitted spec's Secret (never logged): CredentialsMissing with the fix."""
+    """The API token, from the admitted spec's Secret (never logged): a CredentialsMissing Problem with the fix."""
     ref = state.spec.runner.token_secret_ref
     try:
         value = await ctx.kube.read_secret_key(state.namespace, ref.name, ref.key)
     except k.NotFound:
-        raise CredentialsMissing(f"Secret {state.namespace}/{ref.name} not found: create it with the API token "
+        raise _missing(f"Secret {state.namespace}/{ref.name} not found: create it with the API token "
                                  f"under key {ref.key!r}") from None
     except KeyError:
-        raise CredentialsMissing(f"Secret {state.namespace}/{ref.name} has no key {ref.key!r}: "
+        raise _missing(f"Secret {state.namespace}/{ref.name} has no key {ref.key!r}: "
                                  "set spec.runner.tokenSecretRef.key or add the key") from None
     except k.Forbidden:
-        raise CredentialsMissing(f"the operator may not read Secret {state.namespace}/{ref.name}: grant it "
+        raise _missing(f"the operator may not read Secret {state.namespace}/{ref.name}: grant it "
                                  "`get` on secrets in this namespace (a RoleBinding to the ClusterRole "
                                  "sunk-sandbox-operator-secret-reader)") from None
     if not value.strip():  # said as such, not as a token the API refused (and nothing is sent)
-        raise CredentialsMissing(f"key {ref.key!r} of Secret {state.namespace}/{ref.name} is empty: put the API "
+        raise _missing(f"key {ref.key!r} of Secret {state.namespace}/{ref.name} is empty: put the API "
                                  "token there")
     return value
 
@@ -114,7 +116,7 @@ async def _unchanged(ctx: Context, state: BindingState, scheduler_name: str) -> 
         return False
     try:
         return _digest(await read_token(ctx, state)) == mem.token_digest
-    except CredentialsMissing:
+    except Problem:
         return False  # the read reports it
 
 
@@ -175,8 +177,8 @@ async def sync(ctx: Context, state: BindingState, scheduler_name: str | None, *,
                                         sleep=ctx.sleep)
     except retry.RetriesExhausted as exc:
         report = decide.conflict_exhausted(exc.attempts)
-    except CredentialsMissing as exc:
-        report = decide.PolicyReport("False", PolicySynced.CREDENTIALS_MISSING, str(exc))
+    except Problem as exc:
+        report = decide.PolicyReport("False", exc.reason, exc.message)
     except rerr.RunnerAPIError as err:
         report = decide.api_error(err.code, err.message)
     except (k.KubeError, OSError) as exc:  # the ownership record: stays on this condition

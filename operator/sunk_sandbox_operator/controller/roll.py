@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from ..core.problems import Problem
 from ..api.events import EventReason
 from ..adapters import kube as k
 from ..adapters import scheduler as sched
@@ -55,7 +56,7 @@ async def roll(ctx: Context, state: BindingState, values: list[str], *, wrote: b
     try:
         workloads = await sched.list_workloads(ctx.kube, ns)
     except k.Forbidden as exc:
-        raise targets.TargetProblem(ScopeSynced.FORBIDDEN, f"the operator may not list Deployments and "
+        raise Problem(ScopeSynced.FORBIDDEN, f"the operator may not list Deployments and "
                                     f"StatefulSets in {ns}: {exc}; {grant_targets(ns)}") from None
     decision = sc.decide_roll(workloads, state.spec.scheduler.pod_selector, ns, values, wrote=wrote,
                               hash_annotation=SCOPE_HASH_ANNOTATION, generation=generation,
@@ -68,7 +69,7 @@ async def roll(ctx: Context, state: BindingState, values: list[str], *, wrote: b
         rolled = await sched.set_scope_hash(ctx.kube, ns, decision.kind, decision.workload, decision.hash,
                                             decision.generation)
     except k.Forbidden as exc:
-        raise targets.TargetProblem(ScopeSynced.FORBIDDEN, f"the operator may not patch {decision.kind} "
+        raise Problem(ScopeSynced.FORBIDDEN, f"the operator may not patch {decision.kind} "
                                     f"{ns}/{decision.workload}: {exc}; {grant_targets(ns)}") from None
     if rolled:
         gen = f", {SCOPE_GENERATION_ANNOTATION}={decision.generation}" if decision.generation is not None else ""
@@ -80,7 +81,7 @@ async def roll(ctx: Context, state: BindingState, values: list[str], *, wrote: b
 async def step(ctx: Context, state: BindingState, mem: ScopeMemory, target: targets.ScopeTarget, values: list[str],
                *, periodic: bool, generation: int | None) -> str | None:
     """After a sync: roll now, fold into one roll later, or nothing (`core.roll_pacing.when_to_roll`).
-    A note for the condition message, or None; a TargetProblem when the roll is not permitted."""
+    A note for the condition message, or None; a Problem when the roll is not permitted."""
     spec = state.spec
     plan = pacing.when_to_roll(can_roll=target.can_roll, restart=spec.scope.restart_scheduler,
                                observe=spec.mode == "Observe", roll_due=mem.roll_due, periodic=periodic,

@@ -16,6 +16,7 @@ One sync runs at a time per binding (a lock); signals during a sync cause one mo
 
 from __future__ import annotations
 
+from ..core.problems import Problem
 from ..adapters import targets
 from ..api.events import EventReason
 from ..api.reasons import ScopeSynced
@@ -187,11 +188,11 @@ async def restore(ctx: Context, state: BindingState, discover) -> None:
         try:
             spec, d = state.spec, state.discovery
             if d.forbidden:
-                raise targets.TargetProblem(ScopeSynced.FORBIDDEN, d.forbidden)
+                raise Problem(ScopeSynced.FORBIDDEN, d.forbidden)
             target = targets.for_spec(ctx.kube, spec, d.namespace, d.configmap_name, mem.parsed)
             if mem.target_ref is not None and mem.target_ref != target.ref():
                 await sr.leave(ctx, state, mem, target.ref())  # switched, and deleted before the next sync
             await sr.restore_target(ctx, state, mem, target)
-        except targets.TargetProblem as p:
+        except Problem as p:
             ctx.event(state, EventReason.SCOPE_NOT_RESTORED, f"{p.message}; the list was left as is")
         await grants.remove_all(ctx, state, mem)

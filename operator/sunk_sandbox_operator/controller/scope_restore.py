@@ -8,6 +8,7 @@ claim.
 
 from __future__ import annotations
 
+from ..core.problems import Problem
 from ..api.events import EventReason
 from ..adapters import kube as k
 from ..adapters import targets
@@ -48,7 +49,7 @@ async def leave(ctx: Context, state: BindingState, mem: ScopeMemory, new_ref: Ta
     elif old is not None:
         try:
             await restore_target(ctx, state, mem, old, roll=False)
-        except targets.TargetProblem as p:
+        except Problem as p:
             ctx.event(state, EventReason.SCOPE_NOT_RESTORED, f"the scope target moved from {old.describe()}: "
                       f"{p.message}; the names added there were left as they are")
     mem.switch_target(new_ref)

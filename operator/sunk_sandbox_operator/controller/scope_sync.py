@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 
+from ..core.problems import Problem
 from ..adapters import kube as k
 from ..adapters import targets
 from ..api.events import EventReason
@@ -56,7 +57,7 @@ async def run(ctx: Context, state: BindingState, mem: ScopeMemory, *, periodic: 
     started = mem.syncer.take_first_signal()
     try:
         return await _sync_inner(ctx, state, mem, periodic, started)
-    except targets.TargetProblem as p:
+    except Problem as p:
         return _error_part(ctx, state, p.reason, p.message)
     except retry.RetriesExhausted as exc:
         return _error_part(ctx, state, ScopeSynced.CONFLICT,
@@ -168,7 +169,7 @@ async def _problem(step) -> tuple[tuple[str, str] | None, str | None]:
     """(the step's problem as (reason, message), or None; the note it returned)."""
     try:
         return None, await step
-    except targets.TargetProblem as exc:
+    except Problem as exc:
         return (exc.reason, exc.message), None
 
 

@@ -32,18 +32,11 @@ from typing import Any, Callable, Literal, Mapping
 
 from ..api.reasons import ScopeSynced
 from . import scope_doc
+from .problems import Problem
 from .scope_doc import ListRead
 
 Field = Literal["valuesObject", "values"]
 FIELD = "spec.scope.target.application"
-
-
-class Problem(Exception):
-    """Why the list cannot be located or written, with the ScopeSynced reason."""
-
-    def __init__(self, reason: ScopeSynced, message: str) -> None:
-        super().__init__(message)
-        self.reason, self.message = reason, message
 
 
 @dataclass(frozen=True)
