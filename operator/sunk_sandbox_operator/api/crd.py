@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import types
 import typing
-from typing import Any, Literal, Union
+from typing import Any, Literal, Sequence, Union
 
 import yaml
 from pydantic import BaseModel
@@ -29,7 +29,7 @@ def _unwrap_optional(tp: Any) -> Any:
     return tp
 
 
-def _constraints(metadata: list[Any]) -> dict:
+def _constraints(metadata: Sequence[Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for c in metadata:
         for attr, key in (("pattern", "pattern"), ("min_length", "minLength"), ("max_length", "maxLength"),
@@ -40,7 +40,7 @@ def _constraints(metadata: list[Any]) -> dict:
     return out
 
 
-def type_schema(tp: Any, metadata: list[Any] = ()) -> dict:
+def type_schema(tp: Any, metadata: Sequence[Any] = ()) -> dict[str, Any]:
     tp = _unwrap_optional(tp)
     origin = typing.get_origin(tp)
     if origin is typing.Annotated:
@@ -91,7 +91,7 @@ def _prune(obj: Any) -> Any:
     return obj
 
 
-def field_schema(field: FieldInfo) -> dict:
+def field_schema(field: FieldInfo) -> dict[str, Any]:
     schema = type_schema(field.annotation, field.metadata)
     if field.description:
         schema = {"description": field.description, **schema}
@@ -101,7 +101,7 @@ def field_schema(field: FieldInfo) -> dict:
     return schema
 
 
-def model_schema(cls: type[BaseModel]) -> dict:
+def model_schema(cls: type[BaseModel]) -> dict[str, Any]:
     props: dict[str, Any] = {}
     required: list[str] = []
     for name, field in cls.model_fields.items():
@@ -121,7 +121,7 @@ def model_schema(cls: type[BaseModel]) -> dict:
     return schema
 
 
-def _status_schema() -> dict:
+def _status_schema() -> dict[str, Any]:
     schema = model_schema(BindingStatus)
     conds = schema["properties"]["conditions"]
     conds["x-kubernetes-list-type"] = "map"
@@ -149,7 +149,7 @@ PRINTER_COLUMNS = [
 ]
 
 
-def render_crd() -> dict:
+def render_crd() -> dict[str, Any]:
     spec_schema = model_schema(BindingSpec)
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
@@ -197,4 +197,5 @@ def render_crd() -> dict:
 
 def render_yaml() -> str:
     header = "# Generated from operator/sunk_sandbox_operator/model.py by `sunk-sandbox-operator crd`. Do not edit.\n"
-    return header + yaml.safe_dump(render_crd(), sort_keys=False, width=120, allow_unicode=True)
+    body: str = yaml.safe_dump(render_crd(), sort_keys=False, width=120, allow_unicode=True)  # no stream: a str
+    return header + body

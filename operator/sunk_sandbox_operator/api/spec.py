@@ -8,7 +8,7 @@ with `json_schema_extra={"x-kubernetes-validations": [...]}` so they live next t
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Optional
+from typing import Annotated, Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 from pydantic.alias_generators import to_camel
@@ -28,7 +28,7 @@ LabelKey = Annotated[str, StringConstraints(min_length=1, max_length=LABEL_KEY_M
 LabelValue = Annotated[str, StringConstraints(max_length=LABEL_VALUE_MAX)]
 
 
-def _cel(rule: str, message: str, field_path: str | None = None) -> dict:
+def _cel(rule: str, message: str, field_path: str | None = None) -> dict[str, Any]:
     out = {"rule": rule, "message": message}
     if field_path:
         out["fieldPath"] = field_path
@@ -40,7 +40,7 @@ class _Model(BaseModel):
         alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=False
     )
 
-    def wire(self) -> dict:
+    def wire(self) -> dict[str, Any]:
         """The object as the API server stores it (camelCase, no unset optionals)."""
         return self.model_dump(by_alias=True, exclude_none=True, mode="json")
 
@@ -338,7 +338,7 @@ _SLURM_FIELD = {"account": "account", "qos": "qos", "constraint": "constraint", 
                 "user-id": "userId", "group-id": "groupId"}
 
 
-def _not_pinned_and_client(key: str) -> dict:
+def _not_pinned_and_client(key: str) -> dict[str, Any]:
     if key == "partition":
         field, has = "spec.partition", "has(self.partition)"
     else:
@@ -414,6 +414,6 @@ class BindingSpec(_Model):
 
 
 
-def parse_spec(spec: dict) -> BindingSpec:
+def parse_spec(spec: dict[str, Any]) -> BindingSpec:
     """Validate a binding's spec as the API server would (models mirror the CRD)."""
     return BindingSpec.model_validate(spec)

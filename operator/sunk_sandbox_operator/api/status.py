@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Any, Literal, Optional
 
 from pydantic import ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -12,7 +12,7 @@ from .spec import _Model
 class _Status(_Model):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
 
-    def wire_compact(self) -> dict:
+    def wire_compact(self) -> dict[str, Any]:
         """wire() without empty lists: for sections that omit what they do not have."""
         return {k: v for k, v in self.wire().items() if v != []}
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -39,11 +40,11 @@ class Request:
     name: str
     group: str
     kind: str
-    object: dict | None = None
-    old_object: dict | None = None
+    object: dict[str, Any] | None = None
+    old_object: dict[str, Any] | None = None
 
 
-def parse_request(review: dict) -> Request:
+def parse_request(review: dict[str, Any]) -> Request:
     """ValueError when the body is not an AdmissionReview with a request uid."""
     request = (review or {}).get("request") if isinstance(review, dict) else None
     if not isinstance(request, dict) or not request.get("uid"):
@@ -87,8 +88,8 @@ class SecretFact(enum.Enum):
 class Facts:
     """Cross-object facts, read through the Kubernetes API by the caller."""
 
-    bindings: list[dict] | None = None           # every binding as listed (None: not known)
-    secret: SecretFact = SecretFact.UNKNOWN      # the spec's runner.tokenSecretRef
+    bindings: list[dict[str, Any]] | None = None  # every binding as listed (None: not known)
+    secret: SecretFact = SecretFact.UNKNOWN        # the spec's runner.tokenSecretRef
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,7 @@ def _ours(req: Request) -> bool:
     return (req.group, req.kind) in (("", ""), (keys.GROUP, keys.KIND))
 
 
-def _spec_of(obj: dict | None) -> dict | None:
+def _spec_of(obj: dict[str, Any] | None) -> dict[str, Any] | None:
     return (obj or {}).get("spec")
 
 
@@ -137,7 +138,7 @@ def screen(req: Request, policy: tenancy.TenancyPolicy) -> Screened:
     return Screened(None, spec)
 
 
-def _me(req: Request) -> dict:
+def _me(req: Request) -> dict[str, Any]:
     """The object as the listed bindings look, with an age: a new one is younger than all."""
     obj = req.object or {}
     meta = {**(obj.get("metadata") or {}), "namespace": req.namespace, "name": req.name}
@@ -147,7 +148,7 @@ def _me(req: Request) -> dict:
     return {**obj, "metadata": meta}
 
 
-def _target_text(key: tuple) -> str:
+def _target_text(key: tuple[str, ...]) -> str:
     return " ".join(str(part) for part in key if part)
 
 
@@ -196,9 +197,9 @@ def decide(req: Request, policy: tenancy.TenancyPolicy, facts: Facts | None = No
     return admitted(req, screened.spec, facts or Facts())
 
 
-def response(uid: str, decision: Decision) -> dict:
+def response(uid: str, decision: Decision) -> dict[str, Any]:
     """The AdmissionReview v1 answer the API server expects."""
-    answer: dict = {"uid": uid, "allowed": decision.allowed}
+    answer: dict[str, Any] = {"uid": uid, "allowed": decision.allowed}
     if not decision.allowed:
         answer["status"] = {"code": decision.code, "reason": "Forbidden", "message": decision.message}
     if decision.warnings:

@@ -88,8 +88,8 @@ def select_source(spec: Mapping[str, Any], chart: str | None = None, index: int 
     """The source whose Helm values hold the list (Problem: InvalidConfig, naming the field to set)."""
     sources = spec.get("sources")
     if isinstance(sources, list) and sources:
-        items = list(enumerate(sources))
-        listed = ", ".join(_label(i, s) for i, s in items)
+        items: list[tuple[int | None, Any]] = list(enumerate(sources))
+        listed = ", ".join(_label(i, s) for i, s in enumerate(sources))
         if index is not None:
             if index >= len(sources) or not isinstance(sources[index], Mapping):
                 raise Problem(ScopeSynced.INVALID_CONFIG, f"{FIELD}.sourceIndex is {index}, but spec.sources has "
@@ -118,7 +118,7 @@ def select_source(spec: Mapping[str, Any], chart: str | None = None, index: int 
     if len(helm) == 1:
         return Source(*helm[0])
     which = "none" if not helm else f"{len(helm)}"
-    raise Problem(ScopeSynced.INVALID_CONFIG, f"has {len(sources)} spec.sources and {which} of them with helm or a "
+    raise Problem(ScopeSynced.INVALID_CONFIG, f"has {len(items)} spec.sources and {which} of them with helm or a "
                   f"chart ({listed}): set {FIELD}.sourceChart (or sourceIndex) to the source rendering the Slurm chart")
 
 
@@ -188,7 +188,7 @@ def _merged(target: Any, patch: Any) -> Any:
     return out
 
 
-def spec_patch(loc: Location, path: str, values: list[str], spec: Mapping[str, Any]) -> tuple[dict, Any]:
+def spec_patch(loc: Location, path: str, values: list[str], spec: Mapping[str, Any]) -> tuple[dict[str, Any], Any]:
     """The JSON merge patch of `spec` writing the list where `loc` says, and (field "values") the new
     document's parse (the text was checked to parse to it), else None. Problem when it cannot be written."""
     if loc.list.error:  # never write over what could not be read (malformed or refused YAML, a non-list value)
@@ -197,7 +197,7 @@ def spec_patch(loc: Location, path: str, values: list[str], spec: Mapping[str, A
     try:
         if loc.field == "values":
             text, new_data = scope_doc.edit_list(loc.text or "", path, values, loc.list.style, loc.data)
-            change: dict = {"values": text}
+            change: dict[str, Any] = {"values": text}
         else:
             change = {"valuesObject": scope_doc.set_path_patch(path, values, loc.list.style)}
     except ValueError as exc:  # or untrusted.Refused: e.g. the list would take the document past a bound

@@ -17,15 +17,15 @@ from . import conditions as c
 @dataclass(frozen=True)
 class Part:
     condition: str                      # condition type this part decides
-    status: str                         # True | False | Unknown
+    status: c.Status                    # True | False | Unknown
     reason: str
     message: str
     section: str | None = None          # status key it owns (scheduler, policy, scope, placement)
-    data: dict | None = field(default=None)
+    data: dict[str, Any] | None = field(default=None)
 
 
-def compose(prev: dict | None, parts: list[Part], generation: int | None, now: str,
-            handled_request: str | None = None, ready_note: str | None = None) -> dict:
+def compose(prev: dict[str, Any] | None, parts: list[Part], generation: int | None, now: str,
+            handled_request: str | None = None, ready_note: str | None = None) -> dict[str, Any]:
     """The new status: sections replaced by the parts that own them, conditions updated, Ready derived
     (its message ending with `ready_note`, if any). `generation` is the one the parts were computed
     for (the admitted spec's), not the live one."""
@@ -52,7 +52,7 @@ def compose(prev: dict | None, parts: list[Part], generation: int | None, now: s
     return out
 
 
-def without_volatile(status: dict) -> dict:
+def without_volatile(status: dict[str, Any]) -> dict[str, Any]:
     """Status minus fields that change on every check (times): used to decide whether to write."""
     def strip(obj: Any) -> Any:
         if isinstance(obj, dict):
@@ -60,7 +60,8 @@ def without_volatile(status: dict) -> dict:
         if isinstance(obj, list):
             return [strip(v) for v in obj]
         return obj
-    return strip(status)
+    stripped: dict[str, Any] = strip(status)
+    return stripped
 
 
 def merge_patch(old: Any, new: Any) -> Any:

@@ -6,7 +6,7 @@ computed twice from the same facts is byte-identical and never rewritten.
 
 from __future__ import annotations
 
-from typing import Iterable, Literal
+from typing import Any, Iterable, Literal
 
 from ..api.reasons import CONDITION_TYPES, READY_INPUTS, Common, Ready
 
@@ -14,19 +14,19 @@ Status = Literal["True", "False", "Unknown"]
 
 
 
-def find(conditions: Iterable[dict], ctype: str) -> dict | None:
+def find(conditions: Iterable[dict[str, Any]], ctype: str) -> dict[str, Any] | None:
     return next((c for c in conditions if c.get("type") == ctype), None)
 
 
 def set_condition(
-    conditions: list[dict],
+    conditions: list[dict[str, Any]],
     ctype: str,
     status: Status,
     reason: str,
     message: str,
     generation: int | None,
     now: str,
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """Return a new list with `ctype` set; keep its transition time unless status changed."""
     old = find(conditions, ctype)
     new = {
@@ -43,19 +43,20 @@ def set_condition(
     return order(out)
 
 
-def order(conditions: list[dict]) -> list[dict]:
+def order(conditions: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Known types in the documented order, unknown ones after (stable output, no churn)."""
-    rank = {t: i for i, t in enumerate(CONDITION_TYPES)}
+    rank: dict[str | None, int] = {t: i for i, t in enumerate(CONDITION_TYPES)}
     return sorted(conditions, key=lambda c: (rank.get(c.get("type"), len(rank)), c.get("type", "")))
 
 
-def ready(conditions: list[dict]) -> tuple[Status, str, str]:
+def ready(conditions: list[dict[str, Any]]) -> tuple[Status, str, str]:
     """Ready = SchedulerReady ∧ PolicySynced ∧ ScopeSynced ∧ GracePeriodSafe ∧ PlacementVerified≠False.
 
     The first False input names the reason; failing that the first Unknown one (PlacementVerified
     Unknown, i.e. no sandbox pod yet, does not hold Ready back).
     """
     current = {t: find(conditions, t) for t in READY_INPUTS}
+    wanted: Status
     for wanted in ("False", "Unknown"):
         for ctype in READY_INPUTS:
             cond = current[ctype]
@@ -63,13 +64,14 @@ def ready(conditions: list[dict]) -> tuple[Status, str, str]:
             if ctype == "PlacementVerified" and status == "Unknown":
                 continue
             if status == wanted:
-                reason = cond.get("reason") if cond else Common.NOT_RECONCILED
+                reason: str = cond["reason"] if cond else Common.NOT_RECONCILED  # the CRD requires reason
                 message = f"{ctype}: {cond.get('message')}" if cond and cond.get("message") else f"{ctype} is {status}"
                 return wanted, reason, message
     return "True", Ready.READY, "sandboxes of this runner are placed by the SUNK scheduler"
 
 
-def with_ready(conditions: list[dict], generation: int | None, now: str, note: str | None = None) -> list[dict]:
+def with_ready(conditions: list[dict[str, Any]], generation: int | None, now: str,
+               note: str | None = None) -> list[dict[str, Any]]:
     """Ready derived from the others; `note` (a setting that changed what the spec asks, e.g. the
     resync floor) ends its message, whatever its status."""
     status, reason, message = ready(conditions)
@@ -78,9 +80,9 @@ def with_ready(conditions: list[dict], generation: int | None, now: str, note: s
     return set_condition(conditions, "Ready", status, reason, message, generation, now)
 
 
-def initial(generation: int | None, now: str) -> list[dict]:
+def initial(generation: int | None, now: str) -> list[dict[str, Any]]:
     """Every condition Unknown/NotReconciled: the resource is alive before anything is known."""
-    conds: list[dict] = []
+    conds: list[dict[str, Any]] = []
     for ctype in CONDITION_TYPES:
         conds = set_condition(conds, ctype, "Unknown", Common.NOT_RECONCILED, "not reconciled yet", generation, now)
     return conds

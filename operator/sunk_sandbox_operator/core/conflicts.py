@@ -6,28 +6,30 @@ time, then namespace/name so the order is total) owns it; every younger one writ
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import ValidationError
 
 from ..api.spec import parse_spec
 from .target_ref import locate
 
 
-def _age_key(binding: dict) -> tuple[str, str, str]:
+def _age_key(binding: dict[str, Any]) -> tuple[str, str, str]:
     meta = binding.get("metadata") or {}
     return (meta.get("creationTimestamp") or "", meta.get("namespace") or "", meta.get("name") or "")
 
 
-def ref(binding: dict) -> str:
+def ref(binding: dict[str, Any]) -> str:
     """namespace/name of a binding body."""
     meta = binding.get("metadata") or {}
     return f"{meta.get('namespace')}/{meta.get('name')}"
 
 
-def _runner_id(binding: dict) -> str | None:
+def _runner_id(binding: dict[str, Any]) -> str | None:
     return ((binding.get("spec") or {}).get("runner") or {}).get("id")
 
 
-def older_owner(me: dict, others: list[dict]) -> str | None:
+def older_owner(me: dict[str, Any], others: list[dict[str, Any]]) -> str | None:
     """namespace/name of an older binding (live or still finalizing) on the same runner id, or None
     if `me` owns it."""
     mine = _age_key(me)
@@ -45,7 +47,7 @@ def older_owner(me: dict, others: list[dict]) -> str | None:
 # ---------------------------------------------------------------- shared scope targets
 
 
-def target_key(binding: dict) -> tuple:
+def target_key(binding: dict[str, Any]) -> tuple[str, ...]:
     """Which list a binding writes, from its spec alone (`target_ref.locate`, the spec's defaults
     filled in: a binding that spells out a default and one that leaves it out share the target)."""
     meta = binding.get("metadata") or {}
@@ -56,13 +58,13 @@ def target_key(binding: dict) -> tuple:
     return locate(spec, meta.get("namespace") or "").key_tuple
 
 
-def _writes(binding: dict) -> tuple[str, bool]:
+def _writes(binding: dict[str, Any]) -> tuple[str, bool]:
     spec = binding.get("spec") or {}
     scope = spec.get("scope") or {}
     return (spec.get("mode") or "Enforce", scope.get("restartScheduler", True) is not False)
 
 
-def shared_target_conflict(me: dict, others: list[dict]) -> str | None:
+def shared_target_conflict(me: dict[str, Any], others: list[dict[str, Any]]) -> str | None:
     """Several bindings may share a target (their entries merge through the ledger), but not
     disagree on what cannot be merged: whether the list is written (mode) and whether the
     scheduler is rolled. The oldest binding on the target decides; a younger one that disagrees

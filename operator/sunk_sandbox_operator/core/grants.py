@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Callable, Container, Iterable, Mapping
+from typing import Any, Callable, Container, Iterable, Mapping
 
 from ..api.keys import BINDING_LABEL, BINDING_UID_LABEL, MANAGED_BY_LABEL
 
@@ -65,7 +65,7 @@ class Grant:
     subjects: tuple[tuple[str, str, str], ...]  # (kind, name, namespace)
 
 
-def grant_of(rb: Mapping) -> Grant:
+def grant_of(rb: Mapping[str, Any]) -> Grant:
     meta = rb.get("metadata") or {}
     labels = meta.get("labels") or {}
     ref = rb.get("roleRef") or {}
@@ -77,7 +77,7 @@ def grant_of(rb: Mapping) -> Grant:
                        for s in rb.get("subjects") or () if isinstance(s, Mapping)))
 
 
-def is_ours(rb: Mapping | Grant, uid: str, legacy_name: str) -> bool:
+def is_ours(rb: Mapping[str, Any] | Grant, uid: str, legacy_name: str) -> bool:
     """Made for this binding: its UID label, or (before UID labels) the legacy name without one."""
     g = rb if isinstance(rb, Grant) else grant_of(rb)
     if g.binding_uid is not None:
@@ -86,7 +86,7 @@ def is_ours(rb: Mapping | Grant, uid: str, legacy_name: str) -> bool:
 
 
 def rolebinding(binding_ns: str, binding_name: str, uid: str, namespace: str, cluster_role: str,
-                service_account: str, sa_namespace: str) -> dict:
+                service_account: str, sa_namespace: str) -> dict[str, Any]:
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "RoleBinding",
@@ -98,7 +98,7 @@ def rolebinding(binding_ns: str, binding_name: str, uid: str, namespace: str, cl
     }
 
 
-def is_current(found: Mapping | Grant, want: Mapping | Grant) -> bool:
+def is_current(found: Mapping[str, Any] | Grant, want: Mapping[str, Any] | Grant) -> bool:
     f = found if isinstance(found, Grant) else grant_of(found)
     w = want if isinstance(want, Grant) else grant_of(want)
     return (f.name, f.binding_uid, f.role, f.subjects) == (w.name, w.binding_uid, w.role, w.subjects)
@@ -130,8 +130,9 @@ class GrantPlan:
         return not self.to_create and not self.to_delete
 
 
-def plan_grants(*, role: str, wanted: Iterable[str], known: set[str] | None, found: Iterable[Mapping | Grant] | None,
-                want_body: Callable[[str], dict], uid: str, legacy_name: str) -> GrantPlan:
+def plan_grants(*, role: str, wanted: Iterable[str], known: set[str] | None,
+                found: Iterable[Mapping[str, Any] | Grant] | None, want_body: Callable[[str], dict[str, Any]],
+                uid: str, legacy_name: str) -> GrantPlan:
     """`found` (a fresh list of RoleBindings carrying our label) wins over `known` (what we believe we
     hold). Only ours in `found` count (`is_ours`): a look-alike is neither granted nor deleted.
 

@@ -151,8 +151,8 @@ def decode_pod(pod: Any, quantity: QuantityParser, share: Callable[[Any], Any] =
     else:
         error = f"terminationGracePeriodSeconds {grace_raw!r} is not an integer; assuming {DEFAULT_GRACE_SECONDS}"
         grace = DEFAULT_GRACE_SECONDS
-    containers = spec.get("containers") if isinstance(spec.get("containers"), list) else []
-    inits = spec.get("initContainers") if isinstance(spec.get("initContainers"), list) else []
+    containers = cs if isinstance(cs := spec.get("containers"), list) else []
+    inits = ics if isinstance(ics := spec.get("initContainers"), list) else []
     hazards = _container_hazards(containers, inits, quantity)
     annotations = share(tuple(sorted((k, v) for k, v in _mapping(meta.get("annotations")).items()
                                      if isinstance(k, str) and k.startswith(ANNOTATION_PREFIX)

@@ -47,7 +47,7 @@ class Desired:
 
 @dataclass(frozen=True)
 class MergeResult:
-    policy: dict | None  # None only when current was None and nothing is desired
+    policy: dict[str, Any] | None  # None only when current was None and nothing is desired
     owned: list[OwnedPath]
     changed: bool  # False: the caller writes nothing
     warnings: list[str] = field(default_factory=list)
@@ -105,7 +105,7 @@ def _ours(current: Any, entry: OwnedPath) -> bool:
     return entry.value == CREATED and isinstance(current, dict) and not current
 
 
-def _release(doc: dict | None, entries: list[tuple[Path, OwnedPath]]) -> dict | None:
+def _release(doc: dict[str, Any] | None, entries: list[tuple[Path, OwnedPath]]) -> dict[str, Any] | None:
     """Put back `previous` where the value is still ours, deepest paths first; mutates doc."""
     for path, entry in sorted(entries, key=lambda pe: len(pe[0]), reverse=True):
         if not path:
@@ -130,7 +130,7 @@ def _index(owned: Iterable[OwnedPath]) -> dict[Path, OwnedPath]:
 
 
 def merge(
-    current: dict | None,
+    current: dict[str, Any] | None,
     desired: Desired,
     owned: Sequence[OwnedPath] = (),
     client_annotations: Sequence[str] = (),
@@ -153,6 +153,7 @@ def merge(
         doc = {}
         entries.setdefault((), OwnedPath(path=ROOT, value=CREATED))
     for path, value in paths.items():
+        assert doc is not None  # made above whenever there are paths
         node = doc
         for i, seg in enumerate(path[:-1]):
             child = node.get(seg)
@@ -193,7 +194,7 @@ def merge(
     )
 
 
-def restore(current: dict | None, owned: Sequence[OwnedPath]) -> dict | None:
+def restore(current: dict[str, Any] | None, owned: Sequence[OwnedPath]) -> dict[str, Any] | None:
     """Remove our fields where they still hold our value; later admin changes win."""
     if current is not None and not isinstance(current, dict):
         raise PolicyError(f"policy: must be a JSON object or null, got {_json_type(current)}")
@@ -201,7 +202,7 @@ def restore(current: dict | None, owned: Sequence[OwnedPath]) -> dict | None:
     return _release(copy.deepcopy(current), entries)
 
 
-def drifted(current: dict | None, desired: Desired, owned: Iterable[OwnedPath]) -> bool:
+def drifted(current: dict[str, Any] | None, desired: Desired, owned: Iterable[OwnedPath]) -> bool:
     """Did someone change a field we wrote and still want (not: did the binding's spec change)?"""
     for entry in owned:
         want = desired.values.get(entry.path)
@@ -244,7 +245,7 @@ def _diff(path: Path, a: Any, b: Any, out: list[str]) -> None:
         out.append(f"{format_path(path)}: {_show(a)} -> {_show(b)}")
 
 
-def diff(before: dict | None, after: dict | None) -> list[str]:
+def diff(before: dict[str, Any] | None, after: dict[str, Any] | None) -> list[str]:
     """Readable changes: 'p: "a" -> "b"', '+ p = v', '- p'; null <-> object shown at $."""
     out: list[str] = []
     if before is None and after is None:

@@ -18,7 +18,7 @@ from .policy_paths import (
 # ---------------------------------------------------------------- validation
 
 
-def _expect(policy: dict, path: Path, kind: str) -> Any:
+def _expect(policy: dict[str, Any], path: Path, kind: str) -> Any:
     """Check the value at path is absent, null or of `kind` (object/string/array)."""
     value = _get(policy, path)
     if value is _MISSING or value is None:
@@ -31,7 +31,7 @@ def _expect(policy: dict, path: Path, kind: str) -> Any:
     return value
 
 
-def _expect_string_map(policy: dict, path: Path) -> None:
+def _expect_string_map(policy: dict[str, Any], path: Path) -> None:
     value = _expect(policy, path, "object")
     for k, v in (value or {}).items():
         if not isinstance(v, str):
@@ -46,6 +46,7 @@ def validate_policy(policy: Any) -> None:
         return
     if not isinstance(policy, dict):
         raise PolicyError(f"policy: must be a JSON object or null, got {_json_type(policy)}")
+    path: Path
     for path in (("base",), ("base", "metadata"), ("base", "spec"), ("constraints",),
                  ("constraints", "metadata")):
         _expect(policy, path, "object")
@@ -64,8 +65,8 @@ def validate_policy(policy: Any) -> None:
 # ---------------------------------------------------------------- warnings
 
 
-def _denied_prefixes(policy: dict) -> list[tuple[Path, str]]:
-    out = []
+def _denied_prefixes(policy: dict[str, Any]) -> list[tuple[Path, str]]:
+    out: list[tuple[Path, str]] = []
     for path in DENIED_PREFIX_PATHS:
         value = _get(policy, path)
         if isinstance(value, list):
@@ -86,7 +87,7 @@ def _instance_type_fields(node: Any, path: Path) -> Iterable[Path]:
             yield from _instance_type_fields(item, path)
 
 
-def policy_warnings(policy: dict | None, client_annotations: Iterable[str] = ()) -> list[str]:
+def policy_warnings(policy: dict[str, Any] | None, client_annotations: Iterable[str] = ()) -> list[str]:
     """Findings worth reporting; never a reason to delete anything from the policy."""
     if not isinstance(policy, dict):
         return []

@@ -137,7 +137,7 @@ def conflict_exhausted(attempts: int) -> PolicyReport:
                         "nothing was overwritten, retrying with backoff")
 
 
-def section(previous: dict | None, changes: dict[str, Any]) -> dict:
+def section(previous: dict[str, Any] | None, changes: dict[str, Any]) -> dict[str, Any]:
     """status.policy: the previous section with these fields changed, built through the model."""
     merged = {**(previous or {}), **changes}
     model = PolicyStatus.model_validate({k: v for k, v in merged.items() if v is not None})

@@ -9,7 +9,7 @@ SchedulerReady with what to do.
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,7 +67,7 @@ def _data(cm: Mapping[str, Any]) -> Mapping[str, Any]:
     return d if isinstance(d, Mapping) else {}
 
 
-def _scheduler_configmap(spec: BindingSpec, cms: list[Mapping[str, Any]], d: Discovery) -> Mapping[str, Any] | None:
+def _scheduler_configmap(spec: BindingSpec, cms: Sequence[Mapping[str, Any]], d: Discovery) -> Mapping[str, Any] | None:
     target = spec.scope.target.config_map
     if spec.scope.target.kind == "SchedulerConfigMap" and target.name:
         # The admin named it for the scope sync; the scheduler reads the same document.
@@ -94,7 +94,7 @@ def _scheduler_configmap(spec: BindingSpec, cms: list[Mapping[str, Any]], d: Dis
     return found[0] if found else None
 
 
-def _ordered_pods(pods: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+def _ordered_pods(pods: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """Ready pods first, newest first: during a rollout the newest Ready pod has the current flags."""
     return sorted(
         pods,
@@ -104,7 +104,7 @@ def _ordered_pods(pods: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
 
 
 def discover(
-    spec: BindingSpec, binding_namespace: str, pods: list[dict], configmaps: list[dict]
+    spec: BindingSpec, binding_namespace: str, pods: list[dict[str, Any]], configmaps: list[dict[str, Any]]
 ) -> Discovery:
     """Resolve the scheduler's name and kill-wait from its pods and its namespace's ConfigMaps."""
     ns = spec.scheduler_namespace(binding_namespace)
@@ -200,7 +200,7 @@ def discover(
     return d
 
 
-def _slurm_conf(cms: list[Mapping[str, Any]], d: Discovery) -> tuple[int | None, str | None, bool]:
+def _slurm_conf(cms: Sequence[Mapping[str, Any]], d: Discovery) -> tuple[int | None, str | None, bool]:
     """(KillWait, ConfigMap name, whether a complete slurm.conf without KillWait was seen)."""
     without: str | None = None
     for cm in sorted(cms, key=lambda c: str(_meta(c).get("name", ""))):

@@ -209,7 +209,7 @@ def _tokens(container: Mapping[str, Any]) -> tuple[list[str], str | None]:
             if not isinstance(item, str):
                 continue
             # Kubernetes expands $(VAR) from the container's literal env before exec.
-            item = _ENV_REF.sub(lambda m: env[m.group(1)] if isinstance(env.get(m.group(1)), str) else m.group(0), item)
+            item = _ENV_REF.sub(lambda m: v if isinstance(v := env.get(m.group(1)), str) else m.group(0), item)
             if any(c.isspace() for c in item.strip()):
                 try:
                     out.extend(shlex.split(item))

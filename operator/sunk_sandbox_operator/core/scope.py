@@ -11,7 +11,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ..api.reasons import ScopeSynced as R
 from ..api.spec import SandboxNamespaces
@@ -30,7 +30,7 @@ class Matcher:
     its exact name, unless it is the binding's `own` namespace. It runs for every binding on every
     namespace event: the bound is asked only of a namespace that matched otherwise (few do)."""
 
-    globs: re.Pattern | None
+    globs: re.Pattern[str] | None
     selector: selectors.ParsedSelector | None
     literals: frozenset[str] = frozenset()
     excluded: Callable[[str], bool] | None = None
@@ -301,13 +301,13 @@ class ScopeReport:
     status: str
     reason: str
     message: str
-    section: dict
+    section: dict[str, Any]
 
 
-def section(prev: dict | None, ledger: ListDecision | None, *, now: str, error: bool = False,
+def section(prev: dict[str, Any] | None, ledger: ListDecision | None, *, now: str, error: bool = False,
             scope_type: str | None = None, count: int | None = None, missing: list[str] | None = None,
             missing_count: int | None = None, wrote: bool = False, managed_by: str | None = None,
-            target_ref: Mapping[str, Any] | None = None, rolls: Mapping[str, str] | None = None) -> dict:
+            target_ref: Mapping[str, Any] | None = None, rolls: Mapping[str, str] | None = None) -> dict[str, Any]:
     """status.scope: counts and the first few names, never every name (the full record of what we
     added is the target's ledger). lastSyncTime moves when the list was written or what we report
     changed, not at every confirming resync. On error, what was last known is kept."""
@@ -338,8 +338,8 @@ def section(prev: dict | None, ledger: ListDecision | None, *, now: str, error: 
     return new
 
 
-def report(obs: ScopeObservation, d: ListDecision, *, prev: dict | None, now: str, wrote: bool,
-           problem: tuple[str, str] | None = None, notes: list[str] = (), managed_by: str | None = None,
+def report(obs: ScopeObservation, d: ListDecision, *, prev: dict[str, Any] | None, now: str, wrote: bool,
+           problem: tuple[str, str] | None = None, notes: Sequence[str] = (), managed_by: str | None = None,
            rolls: Mapping[str, str] | None = None) -> ScopeReport:
     """ScopeSynced after a sync: a problem (reason, message), Pending, ClusterScope or Synced."""
     if d.error:

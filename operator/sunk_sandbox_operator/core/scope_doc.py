@@ -158,13 +158,13 @@ def _new_value(values: list[str], style: ListStyle) -> list[str] | str:
     return ",".join(values) if style == "string" else list(values)
 
 
-def set_path_patch(path: str, values: list[str], style: ListStyle) -> dict:
+def set_path_patch(path: str, values: list[str], style: ListStyle) -> dict[str, Any]:
     """A JSON merge-patch fragment setting only `path` (merge patch replaces lists whole)."""
     parts = _split_path(path)
     if parts is None:
         raise ValueError(f"invalid path {path!r}")
-    patch: Any = _new_value(values, style)
-    for key in reversed(parts):
+    patch: dict[str, Any] = {parts[-1]: _new_value(values, style)}  # a valid path has at least one key
+    for key in reversed(parts[:-1]):
         patch = {key: patch}
     return patch
 
@@ -190,7 +190,7 @@ def _same(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
-def _set_path(data: Any, parts: list[str], value: Any) -> dict:
+def _set_path(data: Any, parts: list[str], value: Any) -> dict[str, Any]:
     root = data if isinstance(data, dict) else {}
     cur = root
     for key in parts[:-1]:
@@ -231,7 +231,7 @@ def edit_list(doc_text: str, path: str, values: list[str], style: ListStyle, dat
     return e.text, e.data
 
 
-def _replaced(data: Any, parts: list[str], value: Any) -> dict:
+def _replaced(data: Any, parts: list[str], value: Any) -> dict[str, Any]:
     """A copy of the mappings on the way to `parts` with the value there replaced; the rest shared."""
     out = dict(data)
     out[parts[0]] = value if len(parts) == 1 else _replaced(data[parts[0]], parts[1:], value)
@@ -279,7 +279,7 @@ def edit(doc_text: str, path: str, values: list[str], style: ListStyle, data: An
 
 
 def _checked_splice(text: str, parts: list[str], new: list[str] | str,
-                    expected: dict) -> tuple[str, Span | None] | None:
+                    expected: dict[str, Any]) -> tuple[str, Span | None] | None:
     try:
         out, span = yaml_splice.splice(text, parts, new)
         return (out, span) if _same(_load(out), expected) else None

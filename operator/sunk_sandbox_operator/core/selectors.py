@@ -146,7 +146,7 @@ def _holds(r: Requirement, labels: Mapping[str, str]) -> bool:
     return not present  # DoesNotExist
 
 
-def matches(selector: SelectorLike, labels: Mapping[str, str] | None) -> bool:
+def matches(selector: SelectorLike | ParsedSelector, labels: Mapping[str, str] | None) -> bool:
     """True iff `labels` satisfy every requirement; malformed selectors match nothing."""
     parsed = selector if isinstance(selector, ParsedSelector) else parse_selector(selector)
     if parsed.error:

@@ -15,10 +15,10 @@ import fnmatch
 import ipaddress
 import re
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping
 from urllib.parse import urlsplit
 
-from ..api.spec import BindingSpec, parse_spec
+from ..api.spec import BindingSpec, LabelSelector, parse_spec
 from . import selectors
 from .scope import glob_literals, is_literal
 from .target_ref import locate
@@ -201,11 +201,11 @@ def _url_violation(url: str, policy: TenancyPolicy) -> Violation | None:
                      "the operator's admin to allow it (--allowed-api-url / SSB_ALLOWED_API_URLS)")
 
 
-def _selector_empty(selector) -> bool:
+def _selector_empty(selector: LabelSelector | None) -> bool:
     return selector is not None and not selector.match_labels and not selector.match_expressions
 
 
-def _matches_unlabelled(selector) -> bool:
+def _matches_unlabelled(selector: LabelSelector | None) -> bool:
     """A namespace (or pod) without labels satisfies it: no matchLabels, only NotIn / DoesNotExist
     (or nothing at all). It selects what `{}` selects, less the few that carry those labels."""
     return selector is not None and selectors.matches(selector, {})
@@ -269,7 +269,7 @@ def violations(spec: BindingSpec, binding_namespace: str, policy: TenancyPolicy)
     return out
 
 
-def admissible(body: Mapping, policy: TenancyPolicy) -> bool:
+def admissible(body: Mapping[str, Any], policy: TenancyPolicy) -> bool:
     """Does this binding (a listed body) pass the check? A binding that does not claims nothing: not
     a runner, not a target, not names on a shared target."""
     meta = body.get("metadata") or {}

@@ -123,7 +123,7 @@ def _content_end(node: yaml.Node, text: str) -> int:
             end -= 1  # block scalars (| >) include their line breaks
         return end
     if isinstance(node, (yaml.SequenceNode, yaml.MappingNode)) and not node.flow_style and node.value:
-        last = node.value[-1]
+        last: yaml.Node | tuple[yaml.Node, yaml.Node] = node.value[-1]
         if isinstance(last, tuple):
             return max(last[0].end_mark.index, _content_end(last[1], text))
         return _content_end(last, text)
