@@ -11,6 +11,7 @@ grants follow what the binding matches, and ScopeSynced reports the first proble
 from __future__ import annotations
 
 import logging
+from typing import Any, Awaitable, Sequence
 
 from ..core.problems import Problem
 from ..adapters import kube as k
@@ -20,6 +21,7 @@ from ..api.reasons import ScopeSynced
 from ..core import managers
 from ..core import scope as sc
 from ..core.compose import Part
+from ..core.conditions import Status
 from ..core.ledger import Entry
 from . import grants, retry
 from . import roll as rolling
@@ -47,7 +49,7 @@ def _sandbox_set(ctx: Context, state: BindingState, mem: ScopeMemory, full: bool
     return sandbox
 
 
-def _error_part(ctx: Context, state: BindingState, reason: str, message: str, status: str = "False") -> Part:
+def _error_part(ctx: Context, state: BindingState, reason: str, message: str, status: Status = "False") -> Part:
     return Part(COND, status, reason, message, "scope",
                 sc.section(state.section("scope"), None, now=ctx.now_iso(), error=True))
 
@@ -165,7 +167,7 @@ async def _sync_inner(ctx: Context, state: BindingState, mem: ScopeMemory, perio
     return Part(COND, *_report(ctx, state, obs, decision, wrote, problem, notes, managed_by=managed_by))
 
 
-async def _problem(step) -> tuple[tuple[str, str] | None, str | None]:
+async def _problem(step: Awaitable[str | None]) -> tuple[tuple[str, str] | None, str | None]:
     """(the step's problem as (reason, message), or None; the note it returned)."""
     try:
         return None, await step
@@ -174,8 +176,8 @@ async def _problem(step) -> tuple[tuple[str, str] | None, str | None]:
 
 
 def _report(ctx: Context, state: BindingState, obs: sc.ScopeObservation, decision: sc.ListDecision, wrote: bool,
-            problem: tuple[str, str] | None = None, notes: list[str] = (), *,
-            managed_by: str | None = None) -> tuple[str, str, str, str, dict]:
+            problem: tuple[str, str] | None = None, notes: Sequence[str] = (), *,
+            managed_by: str | None = None) -> tuple[Status, str, str, str, dict[str, Any]]:
     r = sc.report(obs, decision, prev=state.section("scope"), now=ctx.now_iso(), wrote=wrote, problem=problem,
                   notes=list(notes), managed_by=managed_by, rolls=rolling.status_times(state.scope))
     return r.status, r.reason, r.message, "scope", r.section

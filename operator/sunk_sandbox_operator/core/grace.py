@@ -8,6 +8,7 @@ The runner policy cannot set the grace period, so the only fix is a longer Slurm
 from __future__ import annotations
 
 from ..api.reasons import GracePeriodSafe
+from .conditions import Status
 
 # SUNK's margin: grace must be < kill_wait - MARGIN.
 MARGIN_SECONDS = 5
@@ -38,7 +39,7 @@ def effective_grace(expected_grace: int, observed_max_grace: int | None) -> int:
     return max(expected_grace, observed_max_grace) if observed_max_grace is not None else expected_grace
 
 
-def grace_condition(expected_grace: int, observed_max_grace: int | None, kill_wait: int | None) -> tuple[str, str, str]:
+def grace_condition(expected_grace: int, observed_max_grace: int | None, kill_wait: int | None) -> tuple[Status, str, str]:
     """GracePeriodSafe as (status, reason, message)."""
     grace = effective_grace(expected_grace, observed_max_grace)
     seen = " (observed on sandbox pods)" if observed_max_grace is not None and observed_max_grace > expected_grace else ""

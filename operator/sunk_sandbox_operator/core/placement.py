@@ -18,12 +18,14 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Literal
 
+from .conditions import Status
 from .grace import is_safe
 from .pods import (  # noqa: F401  (pod decoding and hazard names are part of this module's API)
     DEFAULT_GRACE_SECONDS, GPU_REQUESTED, GRACE_TOO_LONG, GROUP_ID_ANNOTATION, GUARANTEED_QOS, HAZARDS,
-    MISSING_REQUESTS, NON_NUMERIC_USER_ID, PARTITION_ANNOTATION, USER_ID_ANNOTATION, _NO_HAZARDS, PodRecord,
-    QuantityParser, _interned_hazards, _str_or_none, decode_pod, parse_time,
+    MISSING_REQUESTS, NON_NUMERIC_USER_ID, PARTITION_ANNOTATION, USER_ID_ANNOTATION, _NO_HAZARDS,
+    QuantityParser, _interned_hazards, _str_or_none,
 )
+from .pods import PodRecord as PodRecord, decode_pod as decode_pod, parse_time as parse_time  # the shell's too
 from ..api.reasons import PlacementVerified
 from ..api.status import Mismatch, PlacementStatus
 
@@ -336,7 +338,7 @@ def _iso(ts: float) -> str:
 
 
 def placement_condition(summary: PlacementSummary, policy_applied_time: str | None, *, window_seconds: float = 0,
-                        now: str | None = None) -> tuple[str, str, str]:
+                        now: str | None = None) -> tuple[Status, str, str]:
     """PlacementVerified as (status, reason, message).
 
     `window_seconds` is the propagation window after the policy write and `now` the current time

@@ -15,6 +15,7 @@ from ..api.reasons import PolicySynced
 from ..api.spec import BindingSpec
 from ..api.status import OwnedPath, PolicyStatus
 from . import policy
+from .conditions import Status
 from .policy_checks import validate_policy
 from .policy_paths import PolicyError
 
@@ -32,7 +33,7 @@ class PolicyObservation:
 class PolicyReport:
     """The condition and the status.policy fields to change."""
 
-    status: str
+    status: Status
     reason: PolicySynced
     message: str
     section: dict[str, Any] = field(default_factory=dict)

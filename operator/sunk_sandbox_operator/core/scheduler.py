@@ -18,6 +18,7 @@ from ..api.keys import SCHEDULER_CONFIGMAP_LABEL
 from ..api.reasons import SchedulerReady
 from ..api.spec import BindingSpec
 from ..api.status import SchedulerStatus
+from .conditions import Status
 from .scheduler_conf import (
     SCHEDULER_CONF_KEY, SCHEDULER_CONTAINER, SLURM_CONF_SUFFIX, SLURM_DEFAULT_KILL_WAIT, _sets_include,
     SchedulerArgs, SchedulerConf, parse_scheduler_args, parse_scheduler_conf, slurm_kill_wait,
@@ -219,7 +220,7 @@ def _slurm_conf(cms: Sequence[Mapping[str, Any]], d: Discovery) -> tuple[int | N
     return None, without, without is not None
 
 
-def scheduler_condition(d: Discovery) -> tuple[str, str, str]:
+def scheduler_condition(d: Discovery) -> tuple[Status, str, str]:
     """SchedulerReady as (status, reason, message); the message says what to do."""
     sel = f" -l {shlex.quote(d.selector)}" if d.selector else ""
     kubectl = f"kubectl get pods -n {d.namespace}{sel}"

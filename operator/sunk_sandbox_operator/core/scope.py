@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from ..api.reasons import ScopeSynced as R
 from ..api.spec import SandboxNamespaces
 from ..api.status import ScopeStatus
-from . import selectors
+from . import conditions, selectors
 
 # ---------------------------------------------------------------- which namespaces belong
 
@@ -298,7 +298,7 @@ def change_message(target: str, diff: ScopeDiff) -> str:
 
 @dataclass(frozen=True)
 class ScopeReport:
-    status: str
+    status: conditions.Status
     reason: str
     message: str
     section: dict[str, Any]
