@@ -499,7 +499,7 @@ class Harness:
     events: list[tuple[str, str, str]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.ctx = Context(config=self.config, kube=self.kube,  # type: ignore[arg-type]
+        self.ctx = Context(config=self.config, kube=self.kube,
                            event_sink=lambda body, kind, reason, message: self.events.append((kind, reason, message)),
                            monotonic=self.clock, sleep=self.clock.sleep, now_iso=self.clock.iso)
 

@@ -48,7 +48,7 @@ def event_object(body: dict, kind: str, reason: str, message: str, now: str, ins
 
 
 class KubeEventSink:
-    def __init__(self, kube: k.Kube, now_iso: Callable[[], str] | None = None) -> None:
+    def __init__(self, kube: k.KubeAPI, now_iso: Callable[[], str] | None = None) -> None:
         self.kube = kube
         self.now_iso = now_iso or (lambda: dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
         self.instance = os.environ.get("POD_NAME") or socket.gethostname()

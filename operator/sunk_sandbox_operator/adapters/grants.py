@@ -24,7 +24,7 @@ async def _bounded(coros: list[Awaitable[Any]]) -> list[Any]:
 SCHEDULER_NEEDS = (("watch", "pods", ""), ("create", "pods", "binding"))
 
 
-async def scheduler_permitted(kube: k.Kube, sa: tuple[str, str], namespaces: list[str]) -> list[bool | Exception]:
+async def scheduler_permitted(kube: k.KubeAPI, sa: tuple[str, str], namespaces: list[str]) -> list[bool | Exception]:
     """Per namespace ("" = cluster-wide): may the scheduler's ServiceAccount watch and bind pods there?"""
     async def one(ns: str) -> bool:
         for verb, resource, sub in SCHEDULER_NEEDS:
@@ -34,18 +34,18 @@ async def scheduler_permitted(kube: k.Kube, sa: tuple[str, str], namespaces: lis
     return await _bounded([one(ns) for ns in namespaces])
 
 
-async def list_ours(kube: k.Kube, selector: str) -> list[dict]:
+async def list_ours(kube: k.KubeAPI, selector: str) -> list[dict]:
     return await kube.list_rolebindings(selector)
 
 
-async def delete(kube: k.Kube, items: list[tuple[str, str, str | None]]) -> list[Exception | None]:
+async def delete(kube: k.KubeAPI, items: list[tuple[str, str, str | None]]) -> list[Exception | None]:
     """(namespace, name, uid): with a uid, only that object goes (a replacement under the same name
     is not ours: its 409 counts as done)."""
     results = await _bounded([kube.delete_rolebinding(ns, name, uid) for ns, name, uid in items])
     return [r if isinstance(r, Exception) and not isinstance(r, k.Conflict) else None for r in results]
 
 
-async def create(kube: k.Kube, bodies: list[dict]) -> list[Exception | None]:
+async def create(kube: k.KubeAPI, bodies: list[dict]) -> list[Exception | None]:
     """One result per body: None when created, else the error (409: the name is taken by an object
     that is not ours, or we would have listed it)."""
     results = await _bounded([kube.create_rolebinding(b["metadata"]["namespace"], b) for b in bodies])

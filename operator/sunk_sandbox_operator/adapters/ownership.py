@@ -22,7 +22,7 @@ def name_for(binding: str) -> str:
 
 
 class OwnershipStore:
-    def __init__(self, kube: k.Kube, namespace: str) -> None:
+    def __init__(self, kube: k.KubeAPI, namespace: str) -> None:
         self.kube, self.namespace = kube, namespace
 
     async def load(self, binding: str) -> Record | None:

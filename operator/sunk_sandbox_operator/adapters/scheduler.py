@@ -22,7 +22,7 @@ class SchedulerObjects:
     error: str | None = None
 
 
-async def read(kube: k.Kube, namespace: str, pod_selector: LabelSelector) -> SchedulerObjects:
+async def read(kube: k.KubeAPI, namespace: str, pod_selector: LabelSelector) -> SchedulerObjects:
     selector = selectors.to_label_selector_string(pod_selector)
     out = SchedulerObjects(namespace, selector or "")
     try:
@@ -40,14 +40,14 @@ async def read(kube: k.Kube, namespace: str, pod_selector: LabelSelector) -> Sch
     return out
 
 
-async def list_workloads(kube: k.Kube, namespace: str) -> list[dict]:
+async def list_workloads(kube: k.KubeAPI, namespace: str) -> list[dict]:
     """The Deployments and StatefulSets that may run the scheduler, each with its `kind`."""
     deployments = await kube.list_deployments(namespace)
     statefulsets = await kube.list_statefulsets(namespace)
     return [{**d, "kind": "Deployment"} for d in deployments] + [{**s, "kind": "StatefulSet"} for s in statefulsets]
 
 
-async def set_scope_hash(kube: k.Kube, namespace: str, kind: str, name: str, value: str,
+async def set_scope_hash(kube: k.KubeAPI, namespace: str, kind: str, name: str, value: str,
                          generation: int | None = None) -> bool:
     """Roll the scheduler by setting its pod-template scope hash (and the ledger generation it is
     rolled for) on the Deployment or StatefulSet running it. False when it is gone."""

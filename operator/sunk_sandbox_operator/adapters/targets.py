@@ -148,7 +148,7 @@ class ConfigMapTarget:
     kind = "ConfigMap"
     can_roll = True
 
-    def __init__(self, kube: k.Kube, namespace: str, name: str, key: str, path: str, memo: dict | None = None) -> None:
+    def __init__(self, kube: k.KubeAPI, namespace: str, name: str, key: str, path: str, memo: dict | None = None) -> None:
         self.kube, self.namespace, self.name, self.key, self.path = kube, namespace, name, key, path
         self.memo = memo
 
@@ -201,7 +201,7 @@ class ApplicationTarget:
     kind = "Application"
     can_roll = False  # Argo CD re-renders the chart, and the chart's checksum annotation rolls the scheduler
 
-    def __init__(self, kube: k.Kube, namespace: str, name: str, path: str, memo: dict | None = None,
+    def __init__(self, kube: k.KubeAPI, namespace: str, name: str, path: str, memo: dict | None = None,
                  source_chart: str | None = None, source_index: int | None = None) -> None:
         self.kube, self.namespace, self.name, self.path, self.memo = kube, namespace, name, path, memo
         self.source_chart, self.source_index = source_chart, source_index
@@ -267,7 +267,7 @@ class FluxTarget:
     kind = "ConfigMap"  # what is written (the HelmRelease is only read)
     can_roll = False    # Flux upgrades the release, and the chart's checksum annotation rolls the scheduler
 
-    def __init__(self, kube: k.Kube, namespace: str, helm_release: str, name: str, key: str, path: str,
+    def __init__(self, kube: k.KubeAPI, namespace: str, helm_release: str, name: str, key: str, path: str,
                  memo: dict | None = None) -> None:
         self.kube, self.namespace, self.helm_release = kube, namespace, helm_release
         self.name, self.key, self.path, self.memo = name, key, path, memo
@@ -363,7 +363,7 @@ def _sets_path(values: Any, path: str) -> bool:
     return True
 
 
-def build(kube: k.Kube, ref: TargetRef, memo: dict | None = None) -> ScopeTarget:
+def build(kube: k.KubeAPI, ref: TargetRef, memo: dict | None = None) -> ScopeTarget:
     """The target `ref` names; `memo` (kept by the caller between syncs) saves re-parsing it."""
     if ref.kind == APPLICATION:
         return ApplicationTarget(kube, ref.namespace, ref.name, ref.path, memo, ref.source_chart, ref.source_index)
@@ -381,7 +381,7 @@ def build(kube: k.Kube, ref: TargetRef, memo: dict | None = None) -> ScopeTarget
     return ConfigMapTarget(kube, ref.namespace, ref.name, ref.key or "", ref.path, memo)
 
 
-def for_spec(kube: k.Kube, spec: BindingSpec, scheduler_namespace: str, discovered_configmap: str | None,
+def for_spec(kube: k.KubeAPI, spec: BindingSpec, scheduler_namespace: str, discovered_configmap: str | None,
              memo: dict | None = None) -> ScopeTarget:
     """The target the spec names, for a scheduler in `scheduler_namespace` (`target_ref.locate`)."""
     return build(kube, locate(spec, scheduler_namespace, discovered_configmap), memo)

@@ -25,7 +25,7 @@ log = logging.getLogger("sunk_sandbox_operator")
 FACTS_TIMEOUT = 2.0  # seconds per read; the shipped configuration gives the webhook 5
 
 
-async def _secret(kube: k.Kube, namespace: str, name: str, key: str) -> adm.SecretFact:
+async def _secret(kube: k.KubeAPI, namespace: str, name: str, key: str) -> adm.SecretFact:
     try:
         return adm.SecretFact.PRESENT if await kube.secret_has_key(namespace, name, key) else adm.SecretFact.NO_KEY
     except k.NotFound:
@@ -34,7 +34,7 @@ async def _secret(kube: k.Kube, namespace: str, name: str, key: str) -> adm.Secr
         return adm.SecretFact.FORBIDDEN
 
 
-async def gather(kube: k.Kube, namespace: str, spec: BindingSpec, timeout: float = FACTS_TIMEOUT) -> adm.Facts:
+async def gather(kube: k.KubeAPI, namespace: str, spec: BindingSpec, timeout: float = FACTS_TIMEOUT) -> adm.Facts:
     ref = spec.runner.token_secret_ref
     bindings, secret = await asyncio.gather(asyncio.wait_for(kube.list_bindings(), timeout),
                                             asyncio.wait_for(_secret(kube, namespace, ref.name, ref.key), timeout),

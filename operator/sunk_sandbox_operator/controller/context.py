@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Awaitable, Callable
 
 from ..adapters import events
-from ..adapters.kube import Kube
+from ..adapters.kube import KubeAPI
 from ..adapters.metrics import Metrics
 from ..adapters.ownership import OwnershipStore
 from ..api.events import EventReason
@@ -57,7 +57,7 @@ def utc_now_iso() -> str:
 @dataclass
 class Context:
     config: Config
-    kube: Kube
+    kube: KubeAPI
     bindings: Registry = field(default_factory=Registry)
     namespaces: NamespaceCache = field(default_factory=NamespaceCache)
     pods: PodCache = field(default_factory=PodCache)
