@@ -62,14 +62,14 @@ class Context:
     namespaces: NamespaceCache = field(default_factory=NamespaceCache)
     pods: PodCache = field(default_factory=PodCache)
     grants: GrantCache | None = None  # our RoleBindings, when their informer runs (else a grant plan lists them)
-    event_sink: Callable[[dict, str, str, str], None] | None = None  # default: core/v1 Events via kube
-    metrics: Metrics | None = None
+    event_sink: events.EventSink | None = None  # default: core/v1 Events via kube
+    metrics: Metrics = None  # type: ignore[assignment]  # default: over this registry (built below)
     monotonic: Callable[[], float] = time.monotonic
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     now_iso: Callable[[], str] = utc_now_iso
 
     failpoints: Failpoints = field(default_factory=Failpoints)
-    tenancy: TenancyPolicy = None  # type: ignore[assignment]  # what bindings may ask (from config, below)
+    tenancy: TenancyPolicy = field(init=False)  # what bindings may ask (from config, below)
     ownership: OwnershipStore | None = None          # policy ownership records (None: status only)
     informers: list = field(default_factory=list)   # adapters.informer.Informer, one per watched kind
     tasks: list = field(default_factory=list)       # their running tasks
@@ -77,7 +77,7 @@ class Context:
     listed_bindings: frozenset[str] | None = None   # namespace/name of every allowed binding, as last listed
     admissions: dict[tuple[str, int | None], bool] = field(default_factory=dict)  # (uid, generation) -> allowed
     depends: Dependencies = None  # type: ignore[assignment]  # scheduler objects and scope targets (built below)
-    timers: Timers = None  # type: ignore[assignment]  # delayed actions on the injected clock (built below)
+    timers: Timers = field(init=False)  # delayed actions on the injected clock (built below)
 
     def __post_init__(self) -> None:
         if self.event_sink is None:

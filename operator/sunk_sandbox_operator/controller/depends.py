@@ -63,7 +63,7 @@ def scheduler_namespace(state: BindingState) -> str | None:
 
 def target_of(state: BindingState) -> TargetRef:
     """The binding's scope target (core.target_ref: the one place that knows each kind's objects)."""
-    return locate(state.spec, state.namespace, state.discovery.configmap_name if state.discovery else None)
+    return locate(state.admitted_spec, state.namespace, state.discovery.configmap_name if state.discovery else None)
 
 
 def wanted(state: BindingState) -> set[Watched]:
@@ -73,7 +73,7 @@ def wanted(state: BindingState) -> set[Watched]:
     if ns is None or state.deleted:
         return set()
     out = {Watched("ConfigMap", ns),
-           Watched("Pod", ns, selectors.to_label_selector_string(state.spec.scheduler.pod_selector) or None)}
+           Watched("Pod", ns, selectors.to_label_selector_string(state.admitted_spec.scheduler.pod_selector) or None)}
     target = target_of(state)
     if target.kind != CONFIGMAP:  # the scheduler ConfigMap target is the scheduler namespace's watch
         out |= {Watched(kind, namespace) for kind, namespace, name in target.reads if name}
@@ -95,9 +95,8 @@ def reads_configmap(state: BindingState, name: str, labels: dict | None) -> bool
 
 def concerns(state: BindingState, watched: Watched, name: str, labels: dict | None) -> bool:
     """Does an event on this object concern this binding?"""
-    if state.spec is None or state.deleted or scheduler_namespace(state) is None:
+    if state.spec is None or state.deleted or (ns := scheduler_namespace(state)) is None:
         return False
-    ns = scheduler_namespace(state)
     if watched.kind == "Pod":
         return watched.namespace == ns and selectors.matches(state.spec.scheduler.pod_selector, labels or {})
     if watched.kind == "ConfigMap" and watched.namespace == ns and reads_configmap(state, name, labels):

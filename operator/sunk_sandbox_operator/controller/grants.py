@@ -6,6 +6,8 @@ turns failures into a ScopeSynced problem with the fix.
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 from ..api.events import EventReason
 from ..adapters import grants as io
 from ..adapters import kube as k
@@ -19,8 +21,9 @@ from .state import BindingState, ScopeMemory
 DENIED_RECHECK_SECONDS = 5.0  # how soon a grant to a denied namespace is seen while syncs keep coming
 
 
-def _want_body(state: BindingState, role: str):
+def _want_body(state: BindingState, role: str) -> Callable[[str], dict[str, Any]]:
     d = state.discovery
+    assert d is not None  # grants follow a sync that read the target the discovery names
     return lambda ns: g.rolebinding(state.namespace, state.name, state.uid, ns, role, d.service_account, d.namespace)
 
 
@@ -30,13 +33,13 @@ def _legacy_name(state: BindingState) -> str:
 
 def grantable(ctx: Context, state: BindingState, listed: list[str], sandbox: frozenset[str]) -> list[str]:
     """The listed namespaces this binding may grant in (core.grants.grantable with the settings)."""
-    return g.grantable(listed, sandbox, frozenset(state.spec.scope.always_include),
+    return g.grantable(listed, sandbox, frozenset(state.admitted_spec.scope.always_include),
                        lambda ns: ctx.tenancy.may_reach(state.namespace, ns), ctx.tenancy.system)
 
 
 async def sync(ctx: Context, state: BindingState, mem: ScopeMemory, grantable: list[str], *, refresh: bool) -> None:
     """A RoleBinding in every grantable (existing, not terminating) namespace; ours elsewhere removed."""
-    role = state.spec.scope.grant_cluster_role
+    role = state.admitted_spec.scope.grant_cluster_role
     if not role and mem.grants == set() and not refresh:
         return
     wanted = [ns for ns in grantable if (info := ctx.namespaces.get(ns)) is not None and not info.terminating]

@@ -21,7 +21,7 @@ from .status_writer import request_flush
 
 
 def expectations(state: BindingState, d: Discovery) -> PodExpectations:
-    spec = state.spec
+    spec = state.admitted_spec
     pinned = tuple(sorted((k, v) for k, v in spec.pinned_annotations().items() if k != PARTITION_ANNOTATION))
     selector = spec.sandbox_namespaces.selector
     return PodExpectations(scheduler_name=d.name, partition=spec.partition, pinned=pinned,
@@ -39,7 +39,7 @@ def _facts(state: BindingState, pod: placement.PodRecord) -> placement.PodFacts:
 
 
 def _belongs(ctx: Context, state: BindingState, namespace: str) -> bool:
-    return state.spec is not None and ctx.namespaces.matches(state.matcher, namespace)
+    return (m := state.matcher) is not None and ctx.namespaces.matches(m, namespace)  # None: not admitted
 
 
 def set_expectations(ctx: Context, state: BindingState, d: Discovery) -> None:
@@ -96,7 +96,7 @@ def report(ctx: Context, state: BindingState) -> None:
     applied = state.section("policy").get("lastAppliedTime")
     summary = state.placement.tracker.summary(applied)
     kill_wait = d.kill_wait_seconds if d else None
-    status, reason, message = grace.grace_condition(state.spec.expected_grace_period_seconds, summary.max_grace,
+    status, reason, message = grace.grace_condition(state.admitted_spec.expected_grace_period_seconds, summary.max_grace,
                                                     kill_wait)
     state.report(Part("GracePeriodSafe", status, reason, message))
     window, now = ctx.config.policy_propagation_seconds, ctx.now_iso()

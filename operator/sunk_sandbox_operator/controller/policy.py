@@ -43,14 +43,14 @@ async def _record(ctx: Context, state: BindingState) -> own.Record | None:
 async def _owned(ctx: Context, state: BindingState) -> tuple[list[OwnedPath], own.Record | None]:
     """What we own in this runner's policy: the ownership record, else (upgrade) status."""
     record = await _record(ctx, state)
-    return own.owned_for(record, state.spec.runner.id, _status_owned(state)), record
+    return own.owned_for(record, state.admitted_spec.runner.id, _status_owned(state)), record
 
 
 async def _save(ctx: Context, state: BindingState, record_state: own.State, owned: list[OwnedPath],
                 etag: str | None) -> None:
     if ctx.ownership is not None:
-        await ctx.ownership.save(own.Record(state.ref, state.spec.runner.id, record_state, tuple(owned), etag,
-                                            ctx.now_iso()))
+        await ctx.ownership.save(own.Record(state.ref, state.admitted_spec.runner.id, record_state, tuple(owned),
+                                            etag, ctx.now_iso()))
 
 
 def _part(state: BindingState, report: decide.PolicyReport) -> Part:
@@ -60,7 +60,7 @@ def _part(state: BindingState, report: decide.PolicyReport) -> Part:
 
 async def read_token(ctx: Context, state: BindingState) -> str:
     """The API token, from the admitted spec's Secret (never logged): a CredentialsMissing Problem with the fix."""
-    ref = state.spec.runner.token_secret_ref
+    ref = state.admitted_spec.runner.token_secret_ref
     try:
         value = await ctx.kube.read_secret_key(state.namespace, ref.name, ref.key)
     except k.NotFound:
@@ -81,7 +81,7 @@ async def read_token(ctx: Context, state: BindingState) -> str:
 
 def client(ctx: Context, state: BindingState) -> rc.RunnerClient:
     """One client per binding and credentials; the token is read from the Secret at each call."""
-    spec = state.spec
+    spec = state.admitted_spec
     ref = spec.runner.token_secret_ref
     key = (spec.runner.api_url, ref.name, ref.key)
     mem = state.policy
@@ -112,7 +112,7 @@ async def _unchanged(ctx: Context, state: BindingState, scheduler_name: str) -> 
     scheduler's name, the token (compared by digest: a rotation is a change; reading the Secret is a
     Kubernetes GET, not a call on the runner API's budget)?"""
     mem = state.policy
-    if mem.read_key != (state.admitted.generation, scheduler_name) or mem.token_digest is None:
+    if mem.read_key != (state.admission.generation, scheduler_name) or mem.token_digest is None:
         return False
     try:
         return _digest(await read_token(ctx, state)) == mem.token_digest
@@ -130,7 +130,7 @@ async def sync(ctx: Context, state: BindingState, scheduler_name: str | None, *,
     """Read the runner's policy and write what differs. The read (carrying the token, from a budget
     every tenant shares) happens at a resync or when something it depends on changed (`_read_key`),
     not at every wake: a tenant editing its ConfigMaps cannot spend another's budget."""
-    spec = state.spec
+    spec = state.admitted_spec
     if not scheduler_name:
         return _part(state, decide.no_scheduler_name())
     want = decide.desired(spec, scheduler_name)
@@ -139,7 +139,7 @@ async def sync(ctx: Context, state: BindingState, scheduler_name: str | None, *,
     previous = state.parts.get(COND)
     if not resync and previous is not None and await _unchanged(ctx, state, scheduler_name):
         return previous
-    state.policy.read_key = (state.admitted.generation, scheduler_name)
+    state.policy.read_key = (state.admission.generation, scheduler_name)
     api = client(ctx, state)
 
     async def attempt(_: int) -> decide.PolicyReport:
@@ -198,7 +198,7 @@ async def restore(ctx: Context, state: BindingState) -> None:
         return
     owned, record = await _owned(ctx, state)
     if not owned:
-        if record is not None:
+        if record is not None and ctx.ownership is not None:  # a record comes from the store
             await ctx.ownership.delete(state.ref)
         return
     api = client(ctx, state)

@@ -37,7 +37,7 @@ def resync_seconds(state: BindingState, minimum: float) -> float:
 
 
 async def discover(ctx: Context, state: BindingState) -> scheduler.Discovery:
-    spec = state.spec
+    spec = state.admitted_spec
     objs = await sched.read(ctx.kube, spec.scheduler_namespace(state.namespace), spec.scheduler.pod_selector)
     if objs.error:
         return scheduler.Discovery(namespace=objs.namespace, selector=objs.selector, forbidden=objs.error)
@@ -67,7 +67,7 @@ async def _conflict(ctx: Context, state: BindingState) -> str | None:
     for key in [k for k in ctx.admissions if k[0] not in uids]:
         del ctx.admissions[key]  # bounded by the bindings that exist
     ctx.listed_bindings = frozenset(map(conflicts.ref, bindings))
-    me = state.admitted.body
+    me = state.admission.body
     state.target_conflict = conflicts.shared_target_conflict(me, bindings)
     return conflicts.older_owner(me, bindings)
 
@@ -105,9 +105,9 @@ async def _reconcile(ctx: Context, state: BindingState, resync: bool) -> None:
         return
     if await _refused(ctx, state):
         return
-    spec = state.spec  # the admitted spec: nothing below reads the live one
+    spec = state.admitted_spec  # nothing below reads the live one
     await ctx.synced()  # the first reconcile waits for the namespace and pod caches' initial LIST
-    state.reconciled_generation = state.admitted.generation
+    state.reconciled_generation = state.admission.generation
     transient = False
     try:
         d = await discover(ctx, state)
@@ -187,7 +187,7 @@ async def finalize(ctx: Context, state: BindingState) -> None:
                           "it wrote anything before the settings changed)")
                 await policy.forget(ctx, state)
                 return
-            spec = state.spec
+            spec = state.admitted_spec
             if spec.deletion_policy == "Orphan" or spec.mode == "Observe" or await _conflict(ctx, state):
                 await policy.forget(ctx, state)
                 return

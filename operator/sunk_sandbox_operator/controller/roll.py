@@ -17,9 +17,11 @@ from ..adapters import scheduler as sched
 from ..adapters import targets
 from ..api.keys import FIELD_MANAGER, SCOPE_GENERATION_ANNOTATION, SCOPE_HASH_ANNOTATION
 from ..api.reasons import ScopeSynced, grant_targets
+from ..api.spec import BindingSpec
 from ..core import managers
 from ..core import roll_pacing as pacing
 from ..core import scope as sc
+from ..core.scheduler import Discovery
 from ..core.scheduler_conf import parse_go_duration
 from .context import Context
 from .state import BindingState, ScopeMemory
@@ -39,8 +41,8 @@ async def rewrites_running_list(ctx: Context, state: BindingState, target: targe
     if since is None:
         return True  # who removed them is not recorded: roll to be sure
     try:
-        dep = sc.scheduler_workload(await sched.list_workloads(ctx.kube, state.discovery.namespace),
-                                    state.spec.scheduler.pod_selector)
+        dep = sc.scheduler_workload(await sched.list_workloads(ctx.kube, _discovered(state).namespace),
+                                    state.admitted_spec.scheduler.pod_selector)
     except k.Forbidden:
         return True
     return dep is not None and managers.changed_since(dep.get("metadata"), ("spec", "template"), since, FIELD_MANAGER)
@@ -52,13 +54,13 @@ async def roll(ctx: Context, state: BindingState, values: list[str], *, wrote: b
     it differs from the target, or the target's list was written since the roll (rolls the scheduler).
     `may_patch`: asked once a patch is found needed (False: not now, the caller folds it for later).
     (a note for the condition message, whether it rolled)."""
-    ns = state.discovery.namespace
+    ns = _discovered(state).namespace
     try:
         workloads = await sched.list_workloads(ctx.kube, ns)
     except k.Forbidden as exc:
         raise Problem(ScopeSynced.FORBIDDEN, f"the operator may not list Deployments and "
                                     f"StatefulSets in {ns}: {exc}; {grant_targets(ns)}") from None
-    decision = sc.decide_roll(workloads, state.spec.scheduler.pod_selector, ns, values, wrote=wrote,
+    decision = sc.decide_roll(workloads, state.admitted_spec.scheduler.pod_selector, ns, values, wrote=wrote,
                               hash_annotation=SCOPE_HASH_ANNOTATION, generation=generation,
                               generation_annotation=SCOPE_GENERATION_ANNOTATION)
     if decision.workload is None:
@@ -82,7 +84,7 @@ async def step(ctx: Context, state: BindingState, mem: ScopeMemory, target: targ
                *, periodic: bool, generation: int | None) -> str | None:
     """After a sync: roll now, fold into one roll later, or nothing (`core.roll_pacing.when_to_roll`).
     A note for the condition message, or None; a Problem when the roll is not permitted."""
-    spec = state.spec
+    spec = state.admitted_spec
     plan = pacing.when_to_roll(can_roll=target.can_roll, restart=spec.scope.restart_scheduler,
                                observe=spec.mode == "Observe", roll_due=mem.roll_due, periodic=periodic,
                                burst_goes_on=not periodic and mem.syncer.pending, last_roll=mem.last_roll,
@@ -113,7 +115,13 @@ async def step(ctx: Context, state: BindingState, mem: ScopeMemory, target: targ
     return note
 
 
-def _min_roll_interval(spec) -> float:
+def _discovered(state: BindingState) -> Discovery:
+    """The scheduler found: a roll follows a sync (or a restore) that read the target it names."""
+    assert state.discovery is not None
+    return state.discovery
+
+
+def _min_roll_interval(spec: BindingSpec) -> float:
     try:
         return parse_go_duration(spec.scope.min_roll_interval)
     except ValueError:

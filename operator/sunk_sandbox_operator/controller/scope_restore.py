@@ -34,7 +34,8 @@ def others(ctx: Context, state: BindingState, read: targets.TargetRead) -> froze
     """What the other live bindings on this target added (their ledger entries). An entry is dead
     only when its binding is known gone: not in the last list of bindings and not known here."""
     known = {s.ref for s in ctx.bindings}
-    live = (lambda ref: True) if ctx.listed_bindings is None else (lambda ref: ref in ctx.listed_bindings or ref in known)
+    listed = ctx.listed_bindings
+    live = (lambda ref: True) if listed is None else (lambda ref: ref in listed or ref in known)
     return frozenset(n for ref, e in read.ledger.entries.items() if ref != state.ref and live(ref) for n in e.added)
 
 
@@ -57,7 +58,7 @@ async def leave(ctx: Context, state: BindingState, mem: ScopeMemory, new_ref: Ta
 
 async def restore_target(ctx: Context, state: BindingState, mem: ScopeMemory, target: targets.ScopeTarget,
                           roll: bool = True) -> None:
-    spec = state.spec
+    spec = state.admitted_spec
 
     async def attempt(_: int) -> sc.ScopePlan | None:
         read = await target.read()

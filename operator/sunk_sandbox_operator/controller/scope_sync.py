@@ -23,6 +23,7 @@ from ..core import scope as sc
 from ..core.compose import Part
 from ..core.conditions import Status
 from ..core.ledger import Entry
+from ..core.scheduler import Discovery
 from . import grants, retry
 from . import roll as rolling
 from . import scope_restore as sr
@@ -38,6 +39,7 @@ def _sandbox_set(ctx: Context, state: BindingState, mem: ScopeMemory, full: bool
     """The namespaces that belong: kept current by namespace events, recomputed from the whole cache
     at every periodic sync (level-triggered) and whenever the spec's matcher changed."""
     matcher = state.matcher
+    assert matcher is not None  # an admitted binding's
     if full or mem.sandbox is None or mem.sandbox_for is not matcher:
         mem.sandbox, mem.sandbox_for = ctx.namespaces.belonging(matcher), matcher
     sandbox = set(mem.sandbox)
@@ -72,7 +74,7 @@ async def run(ctx: Context, state: BindingState, mem: ScopeMemory, *, periodic: 
 
 def _observation(ctx: Context, state: BindingState, target: targets.ScopeTarget, read: targets.TargetRead,
                  sandbox: set[str], mem: ScopeMemory) -> sc.ScopeObservation:
-    spec = state.spec
+    spec = state.admitted_spec
     ours = sr.ours(state, read, mem)
     return sc.ScopeObservation(
         target=target.describe(), values=read.list.values, scope_type=read.list.scope_type, error=read.list.error,
@@ -85,7 +87,8 @@ def _observation(ctx: Context, state: BindingState, target: targets.ScopeTarget,
 
 async def _sync_inner(ctx: Context, state: BindingState, mem: ScopeMemory, periodic: bool,
                       started: float | None) -> Part:
-    spec, d = state.spec, state.discovery
+    spec = state.admitted_spec
+    d: Discovery = state.discovery  # type: ignore[assignment]  # BUG: None if the first discovery failed
     if not ctx.namespaces.ready:
         return _error_part(ctx, state, ScopeSynced.NAMESPACES_NOT_LOADED, "namespaces are not listed yet",
                            status="Unknown")

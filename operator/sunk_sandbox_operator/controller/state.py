@@ -166,6 +166,18 @@ class BindingState:
         """The admitted spec (None until a reconcile allowed one, or after a refusal)."""
         return self.admitted.spec if self.admitted is not None else None
 
+    @property
+    def admission(self) -> Admitted:
+        """`admitted` where only an admitted binding gets: the reconcile past its tenancy check, the
+        syncs and timers of an active binding, a deletion past its check (never None there)."""
+        assert self.admitted is not None, f"binding {self.ref} has no admitted spec"
+        return self.admitted
+
+    @property
+    def admitted_spec(self) -> BindingSpec:
+        """`spec` where only an admitted binding gets (see `admission`)."""
+        return self.admission.spec
+
     def admit(self, body: dict | None = None, spec: BindingSpec | None = None) -> BindingSpec:
         """Freeze `spec` (parsed from `body`; default: the live ones) as the admitted spec. The caller
         checked exactly this spec, with no await between the check and this call."""
