@@ -21,7 +21,7 @@ async def startup(settings: kopf.OperatorSettings, **_) -> None:
 
 
 @kopf.on.event(*BINDINGS)
-async def binding_event(event: dict, body: kopf.Body, memo: kopf.Memo, **_) -> None:
+async def binding_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_) -> None:
     lifecycle.binding_event(memo.ctx, event.get("type"), dict(body))
 
 

@@ -69,9 +69,10 @@ class Informer:
             params = {**self._params(), "limit": str(self.page_size), **({"continue": cont} if cont else {})}
             return asyncio.ensure_future(self.http.get(self.resource.path, params, headers))
 
-        pending = fetch(None)
+        pending: asyncio.Future | None = fetch(None)
         try:
             while True:
+                assert pending is not None  # the loop ends when no page is left to fetch
                 page = await pending
                 meta = page.get("metadata") or {}
                 cont = meta.get("continue")

@@ -46,8 +46,8 @@ class KubeHTTP:
     def _headers(self, extra: Mapping[str, str] | None) -> dict[str, str]:
         headers = {"Accept": "application/json", "User-Agent": "sunk-sandbox-operator"}
         auth = self.cfg.auth_settings().get("BearerToken")
-        if auth and auth.get("value"):
-            headers["Authorization"] = auth["value"]
+        if auth and (value := auth.get("value")):
+            headers["Authorization"] = value
         headers.update(extra or {})
         return headers
 

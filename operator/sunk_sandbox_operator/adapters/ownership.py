@@ -8,6 +8,7 @@ outside tenants' reach (only the operator may write its own namespace). Named af
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 from ..api.keys import BINDING_LABEL, MANAGED_BY_LABEL
 from ..core import grants
@@ -35,7 +36,7 @@ class OwnershipStore:
     async def save(self, record: Record) -> None:
         """Create or replace the record (last writer wins: one binding has one writer)."""
         ns, name = record.binding.split("/", 1)
-        body = {"apiVersion": "v1", "kind": "ConfigMap",
+        body: dict[str, Any] = {"apiVersion": "v1", "kind": "ConfigMap",
                 "metadata": {"name": name_for(record.binding), "namespace": self.namespace,
                              "labels": {BINDING_LABEL: grants.binding_label(ns, name),
                                         MANAGED_BY_LABEL[0]: MANAGED_BY_LABEL[1]}},

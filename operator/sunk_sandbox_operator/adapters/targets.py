@@ -161,8 +161,8 @@ class ConfigMapTarget:
     async def read(self, reuse: bool = False) -> TargetRead:
         memo = self.memo or {}
         if reuse and memo.get("written") is not None:  # a burst: the object our last write returned
-            obj = memo["written"]
-            return TargetRead(scope_doc.read_parsed(*memo["parsed"], self.path), obj, memo["ledger"])
+            (doc, error), obj = memo["parsed"], memo["written"]
+            return TargetRead(scope_doc.read_parsed(doc, error, self.path), obj, memo["ledger"])
         with _reading(self, f"ConfigMap {self.namespace}/{self.name}"):
             obj = await self.kube.get_configmap(self.namespace, self.name)
         data = obj.get("data") or {}
@@ -247,7 +247,7 @@ class ApplicationTarget:
                 raise Problem(p.reason, f"{self.describe()}: {p.message}") from None
         with _writing(self):
             written = await self.kube.merge_patch_application(self.namespace, self.name, patch)
-        if new_doc is not None and written:  # the text written was checked to parse to new_doc
+        if new_doc is not None and loc is not None and written:  # the text written was checked to parse to new_doc
             _remember(self.memo, _version(written, loc.source.where, "helm.values"), (new_doc, None))
         return ((written or {}).get("metadata") or {}).get("resourceVersion")
 
@@ -285,7 +285,7 @@ class FluxTarget:
     def _check_release(self, release: dict) -> str | None:
         """Raise unless the HelmRelease reads our key as a values document that nothing overrides at our
         path; return the scope type its inline values set (scheduler.scope.type: cluster), if any."""
-        spec = release.get("spec") if isinstance(release.get("spec"), dict) else {}
+        spec = s if isinstance(s := release.get("spec"), dict) else {}
         hr = f"HelmRelease {self.namespace}/{self.helm_release}"
         ours = [ref for ref in spec.get("valuesFrom") or [] if isinstance(ref, dict)
                 and ref.get("kind") == "ConfigMap" and ref.get("name") == self.name

@@ -16,7 +16,9 @@ from dataclasses import dataclass, field
 from typing import Awaitable, Callable
 
 from ..adapters import events
+from ..adapters.informer import Informer
 from ..adapters.kube import KubeAPI
+from ..adapters.kubehttp import KubeHTTP
 from ..adapters.metrics import Metrics
 from ..adapters.ownership import OwnershipStore
 from ..api.events import EventReason
@@ -71,9 +73,9 @@ class Context:
     failpoints: Failpoints = field(default_factory=Failpoints)
     tenancy: TenancyPolicy = field(init=False)  # what bindings may ask (from config, below)
     ownership: OwnershipStore | None = None          # policy ownership records (None: status only)
-    informers: list = field(default_factory=list)   # adapters.informer.Informer, one per watched kind
-    tasks: list = field(default_factory=list)       # their running tasks
-    http: object | None = None                      # adapters.kubehttp.KubeHTTP the informers share
+    informers: list[Informer] = field(default_factory=list)  # one per watched kind
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)  # their running tasks
+    http: KubeHTTP | None = None                    # the session the informers share
     listed_bindings: frozenset[str] | None = None   # namespace/name of every allowed binding, as last listed
     admissions: dict[tuple[str, int | None], bool] = field(default_factory=dict)  # (uid, generation) -> allowed
     depends: Dependencies = None  # type: ignore[assignment]  # scheduler objects and scope targets (built below)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
@@ -156,10 +157,11 @@ class Dependencies:
             return  # unit tests: no API connection; `event` is called directly
         for w in want - self._running.keys():
             seen: dict[str, str] = {}
-            informer = Informer(self.ctx.http, w.resource(), lambda kind, body, w=w: self.event(w, kind, body),
+            informer = Informer(self.ctx.http, w.resource(), functools.partial(self.event, w),
                                 seen.keys, page_size=self.ctx.config.list_page_size,
                                 name=f"{w.kind} watch in {w.namespace}")
-            start = self._start or (lambda i: asyncio.create_task(self._run(w, i), name=i.name))
+            start: Callable[[Informer], asyncio.Task] = self._start or (
+                lambda i: asyncio.create_task(self._run(w, i), name=i.name))
             self._running[w] = (informer, start(informer), seen)
 
     async def _run(self, watched: Watched, informer: Informer) -> None:

@@ -63,7 +63,7 @@ async def roll(ctx: Context, state: BindingState, values: list[str], *, wrote: b
     decision = sc.decide_roll(workloads, state.admitted_spec.scheduler.pod_selector, ns, values, wrote=wrote,
                               hash_annotation=SCOPE_HASH_ANNOTATION, generation=generation,
                               generation_annotation=SCOPE_GENERATION_ANNOTATION)
-    if decision.workload is None:
+    if decision.workload is None or decision.hash is None:  # set together
         return decision.note, False
     if not may_patch():
         return None, False

@@ -64,9 +64,10 @@ def memory(ctx: Context, state: BindingState) -> ScopeMemory:
 
 def _member(ctx: Context, state: BindingState, info: NamespaceInfo | None) -> tuple[bool, bool]:
     """(matches sandboxNamespaces, belongs: matches and not terminating)."""
-    if info is None:
+    matcher = state.matcher
+    if info is None or matcher is None:  # no matcher: not admitted
         return False, False
-    match = state.matcher(info.name, info.labels)
+    match = matcher(info.name, info.labels)
     return match, match and not info.terminating
 
 
@@ -107,7 +108,8 @@ def on_sandbox_pod(ctx: Context, state: BindingState, body: dict) -> None:
     info = ctx.namespaces.get(namespace)
     if info is not None and info.terminating:
         return
-    if not state.matcher(namespace, info.labels if info else {}):
+    matcher = state.matcher
+    if matcher is None or not matcher(namespace, info.labels if info else {}):
         return
     mem = memory(ctx, state)
     if mem.cluster or (mem.known_list is not None and namespace in mem.known_list):

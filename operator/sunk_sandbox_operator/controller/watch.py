@@ -22,7 +22,7 @@ def on_namespace(ctx: Context, event_type: str | None, body: dict) -> None:
     before, after = ctx.namespaces.apply(event_type, body)
     if before is not None and before is after:
         return  # nothing the operator keeps changed (a relist, an annotation edit)
-    name = (after or before).name if (after or before) else ((body.get("metadata") or {}).get("name") or "")
+    name = info.name if (info := after or before) else ((body.get("metadata") or {}).get("name") or "")
     scope.on_namespace(ctx, name, before, after, at)
     for state in ctx.bindings:
         if placement.refresh_namespace(ctx, state, name):  # membership may have changed with its labels

@@ -377,7 +377,7 @@ class RollDecision:
     note: str | None = None          # say this in the condition message instead
 
 
-def scheduler_workload(workloads: list[Mapping[str, Any]], pod_selector: Any) -> Mapping[str, Any] | None:
+def scheduler_workload(workloads: Sequence[Mapping[str, Any]], pod_selector: Any) -> Mapping[str, Any] | None:
     """The Deployment or StatefulSet running the scheduler: pod template labels matching podSelector
     (Deployments first, then by name)."""
     found = [w for w in workloads
@@ -387,7 +387,7 @@ def scheduler_workload(workloads: list[Mapping[str, Any]], pod_selector: Any) ->
         if found else None
 
 
-def decide_roll(workloads: list[Mapping[str, Any]], pod_selector: Any, namespace: str, values: Iterable[str],
+def decide_roll(workloads: Sequence[Mapping[str, Any]], pod_selector: Any, namespace: str, values: Iterable[str],
                 *, wrote: bool, hash_annotation: str, generation: int | None = None,
                 generation_annotation: str | None = None) -> RollDecision:
     """Roll the scheduler when what its pod template says it runs is not what the target holds:
