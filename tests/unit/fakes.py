@@ -162,7 +162,8 @@ KINDS = ("namespaces", "pods", "configmaps", "secrets", "deployments", "stateful
 
 
 class FakeKube:
-    """`adapters.kube.Kube`'s async methods over dicts, with the API server's preconditions."""
+    """`adapters.kube.Kube`'s async methods over dicts, with the API server's preconditions. It is a
+    `KubeAPI` (the type of `Context.kube`): tests/unit/test_types.py has mypy check the Harness."""
 
     def __init__(self) -> None:
         self.store: dict[str, dict[tuple[str, str], dict]] = {kind: {} for kind in KINDS}
@@ -459,8 +460,9 @@ class FakeRunner:
 def install_runner(state: BindingState, runner: FakeRunner) -> None:
     """Make `controller.policy.client` hand out `runner` for this binding's credentials."""
     spec = state.spec or state.live_spec  # admitted, or what the first reconcile will admit
+    assert spec is not None, "install a runner for a binding whose spec parses"
     ref = spec.runner.token_secret_ref
-    state.policy.client = runner
+    state.policy.client = runner  # type: ignore[assignment]  # duck-typed: the three RunnerClient calls policy makes
     state.policy.client_key = (spec.runner.api_url, ref.name, ref.key)
 
 
@@ -534,7 +536,7 @@ class Harness:
 
     def busy(self) -> list:
         """The scope syncs and status flushes with something pending or in flight."""
-        return [c for state in self.ctx.bindings for c in (state.flusher, state.scope and state.scope.syncer)
+        return [c for state in self.ctx.bindings for c in (state.flusher, state.scope.syncer if state.scope else None)
                 if c is not None and c.task is not None and not c.task.done()]
 
     async def run_until_idle(self, horizon: float = 600.0) -> None:
@@ -570,7 +572,7 @@ class Harness:
 
         for state in list(self.ctx.bindings):
             reconcile.forget(self.ctx, state)
-            for c in (state.flusher, state.scope and state.scope.syncer):
+            for c in (state.flusher, state.scope.syncer if state.scope else None):
                 if c is not None:
                     await c.wait_idle()
 
