@@ -259,7 +259,7 @@ class PlacementTracker:
         return True
 
     def clear(self) -> None:
-        self.__init__()  # type: ignore[misc]
+        self.__init__()  # type: ignore[misc]  # re-initialised in place: every aggregate back to empty
 
     def summary(self, policy_applied_time: str | None) -> PlacementSummary:
         """Counts over all pods; the mismatch verdict over pods created after `policy_applied_time`."""

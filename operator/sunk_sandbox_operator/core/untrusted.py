@@ -144,7 +144,7 @@ def _bounded_int(loader: Any, node: yaml.ScalarNode) -> Any:
     return yaml.constructor.SafeConstructor.construct_yaml_int(loader, node)
 
 
-class _Loader(FAST_LOADER):  # type: ignore[misc, valid-type]
+class _Loader(FAST_LOADER):  # type: ignore[misc, valid-type]  # a base chosen at import: libyaml when present
     """The safe loader (libyaml when present) with integers bounded."""
 
 
