@@ -87,7 +87,7 @@ def hazard_event(ctx: Context, state: BindingState, kind: str, pod_ref: str) -> 
     if now - state.placement.hazard_events.get(kind, -1e9) < ctx.config.hazard_event_interval_seconds:
         return
     state.placement.hazard_events[kind] = now
-    ctx.event(state, EventReason(kind), placement.hazard_message(kind, pod_ref))  # type: ignore[call-arg]  # a lookup by value, not the 3-field constructor
+    ctx.event(state, EventReason(kind), placement.hazard_message(kind, pod_ref))  # type: ignore[call-arg]  # lookup by value
 
 
 def report(ctx: Context, state: BindingState) -> None:

@@ -178,7 +178,7 @@ async def sync(ctx: Context, state: BindingState, scheduler_name: str | None, *,
     except retry.RetriesExhausted as exc:
         report = decide.conflict_exhausted(exc.attempts)
     except Problem as exc:
-        report = decide.PolicyReport("False", exc.reason, exc.message)
+        report = decide.PolicyReport("False", exc.reason, exc.message)  # type: ignore[arg-type]  # only _missing raises here
     except rerr.RunnerAPIError as err:
         report = decide.api_error(err.code, err.message)
     except (k.KubeError, OSError) as exc:  # the ownership record: stays on this condition

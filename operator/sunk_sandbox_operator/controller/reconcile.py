@@ -78,7 +78,7 @@ async def _admit(ctx: Context, state: BindingState) -> list[tenancy.Violation]:
     on the spec it started with, and the next one starts on this one."""
     async with scope.memory(ctx, state).lock:
         body, live = state.body, state.live_spec
-        refused = tenancy.violations(live, state.namespace, ctx.tenancy)  # type: ignore[arg-type]  # BUG: None if the spec stopped parsing since the caller looked (race)
+        refused = tenancy.violations(live, state.namespace, ctx.tenancy)  # type: ignore[arg-type]  # BUG (race): None if it stopped parsing
         if refused:
             state.admitted = None  # inactive: namespace and pod signals start no sync for it
         else:
