@@ -289,3 +289,15 @@ async def test_a_reconcile_request_wakes_the_loop_reads_everything_and_is_record
     lifecycle.binding_event(h.ctx, "MODIFIED", h.kube.get("bindings", NS, "b") | {"metadata": body["metadata"]})
     assert not state.wake.is_set()                             # handled: the same value wakes nothing
     assert runner.gets >= reads
+
+
+async def test_a_first_discovery_that_fails_leaves_the_scope_unknown_not_an_error(harness) -> None:
+    """The type checker found it: the scope sync read state.discovery.forbidden with no discovery yet."""
+    h = harness()
+    cluster(h)
+    state, _ = new_binding(h)
+    h.kube.before("list_pods", lambda: (_ for _ in ()).throw(OSError("connection reset")))
+    await reconcile.reconcile(h.ctx, state)
+    assert state.discovery is None
+    got = conditions(h)
+    assert got["SchedulerReady"] == ("Unknown", "APIError") and got["ScopeSynced"] == ("Unknown", "APIError")

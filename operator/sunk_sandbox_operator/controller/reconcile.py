@@ -78,7 +78,10 @@ async def _admit(ctx: Context, state: BindingState) -> list[tenancy.Violation]:
     on the spec it started with, and the next one starts on this one."""
     async with scope.memory(ctx, state).lock:
         body, live = state.body, state.live_spec
-        refused = tenancy.violations(live, state.namespace, ctx.tenancy)  # type: ignore[arg-type]  # BUG (race): None if it stopped parsing
+        if live is None:  # an edit made it unparsable while we waited for the lock: the next reconcile says so
+            state.admitted = None
+            return [tenancy.Violation("spec", f"does not validate: {state.spec_error}")]
+        refused = tenancy.violations(live, state.namespace, ctx.tenancy)
         if refused:
             state.admitted = None  # inactive: namespace and pod signals start no sync for it
         else:

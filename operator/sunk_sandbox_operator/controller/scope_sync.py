@@ -17,7 +17,7 @@ from ..core.problems import Problem
 from ..adapters import kube as k
 from ..adapters import targets
 from ..api.events import EventReason
-from ..api.reasons import ScopeSynced
+from ..api.reasons import Common, ScopeSynced
 from ..core import managers
 from ..core import scope as sc
 from ..core.compose import Part
@@ -88,7 +88,10 @@ def _observation(ctx: Context, state: BindingState, target: targets.ScopeTarget,
 async def _sync_inner(ctx: Context, state: BindingState, mem: ScopeMemory, periodic: bool,
                       started: float | None) -> Part:
     spec = state.admitted_spec
-    d: Discovery = state.discovery  # type: ignore[assignment]  # BUG: None if the first discovery failed
+    d = state.discovery
+    if d is None:  # the first reconcile's discovery failed (a transient read error): nothing to sync against
+        return _error_part(ctx, state, Common.API_ERROR, "the scheduler's namespace has not been read yet (the "
+                           "read failed; see SchedulerReady); retrying", status="Unknown")
     if not ctx.namespaces.ready:
         return _error_part(ctx, state, ScopeSynced.NAMESPACES_NOT_LOADED, "namespaces are not listed yet",
                            status="Unknown")
