@@ -61,55 +61,46 @@ def _log(msg: str) -> None:
     print(f"[devcluster] {msg}", file=sys.stderr, flush=True)
 
 
+def _go_build(module: str, out: Path, *packages: str, ldflags: str = "-s -w", name: str | None = None) -> None:
+    """`go build` of `packages` from the pinned wrapper module hack/<module> into `out` (static, trimmed);
+    one package is named `name` (default: its last path segment)."""
+    env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod"}
+    target = str(out / (name or packages[0].rsplit("/", 1)[-1])) if len(packages) == 1 else str(out) + "/"
+    subprocess.run(["go", "build", "-trimpath", "-ldflags", ldflags, "-o", target, *packages],
+                   cwd=HACK / module, env=env, check=True)
+
+
 def build_binaries(out: Path) -> None:
     """Build kube-apiserver, kubectl and etcd with `go build` into the directory `out` (cold: minutes)."""
     kube, etcd = versions()
     minor = kube.lstrip("v").split(".")
-    env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod"}
     ldflags = (
         f"-s -w -X k8s.io/component-base/version.gitVersion={kube} "
         f"-X k8s.io/component-base/version.gitMajor={minor[0]} -X k8s.io/component-base/version.gitMinor={minor[1]}"
     )
     started = time.monotonic()
     _log(f"building kube-apiserver and kubectl {kube} (first time only, several minutes)")
-    subprocess.run(
-        ["go", "build", "-trimpath", "-ldflags", ldflags, "-o", str(out) + "/",
-         "k8s.io/kubernetes/cmd/kube-apiserver", "k8s.io/kubernetes/cmd/kubectl"],
-        cwd=HACK / "kube", env=env, check=True,
-    )
+    _go_build("kube", out, "k8s.io/kubernetes/cmd/kube-apiserver", "k8s.io/kubernetes/cmd/kubectl", ldflags=ldflags)
     _log(f"building etcd {etcd}")
-    subprocess.run(
-        ["go", "build", "-trimpath", "-ldflags", "-s -w", "-o", str(out / "etcd"), "go.etcd.io/etcd/server/v3"],
-        cwd=HACK / "etcd", env=env, check=True,
-    )
+    _go_build("etcd", out, "go.etcd.io/etcd/server/v3", name="etcd")
     _log(f"built in {time.monotonic() - started:.0f}s")
 
 
 def build_helm(out: Path) -> None:
     """Build helm from the pinned wrapper module in hack/helm (cold: about a minute)."""
     version = helm_version()
-    env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod"}
     started = time.monotonic()
     _log(f"building helm {version} (first time only)")
-    subprocess.run(
-        ["go", "build", "-trimpath", "-ldflags", f"-s -w -X helm.sh/helm/v3/internal/version.version={version}",
-         "-o", str(out / "helm"), "helm.sh/helm/v3/cmd/helm"],
-        cwd=HACK / "helm", env=env, check=True,
-    )
+    _go_build("helm", out, "helm.sh/helm/v3/cmd/helm",
+              ldflags=f"-s -w -X helm.sh/helm/v3/internal/version.version={version}")
     _log(f"built in {time.monotonic() - started:.0f}s")
 
 
 def build_promtool(out: Path) -> None:
     """Build promtool from the pinned wrapper module in hack/promtool (cold: a few minutes)."""
-    version = promtool_version()
-    env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod"}
     started = time.monotonic()
-    _log(f"building promtool (github.com/prometheus/prometheus {version}; first time only)")
-    subprocess.run(
-        ["go", "build", "-trimpath", "-ldflags", "-s -w", "-o", str(out / "promtool"),
-         "github.com/prometheus/prometheus/cmd/promtool"],
-        cwd=HACK / "promtool", env=env, check=True,
-    )
+    _log(f"building promtool (github.com/prometheus/prometheus {promtool_version()}; first time only)")
+    _go_build("promtool", out, "github.com/prometheus/prometheus/cmd/promtool")
     _log(f"built in {time.monotonic() - started:.0f}s")
 
 
