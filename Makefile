@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 # Local-only dev tools (devcluster, demo) are not in the wheel: run them from the source tree.
 DEVTOOLS := PYTHONPATH=operator $(BIN)/python -m sunk_sandbox_devtools
 
-.PHONY: setup binaries helm promtool demo test unit integration e2e bench bench-scale crd chart-sync clean devcluster-up devcluster-down
+.PHONY: setup binaries helm promtool slurm demo test unit integration e2e bench bench-scale crd chart-sync clean devcluster-up devcluster-down
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,16 +27,21 @@ helm: setup
 promtool: setup
 	$(DEVTOOLS) devcluster promtool
 
+# Slurm (slurmctld, slurmd, slurmrestd, munge) from Debian's packages, for the Slurm integration tests:
+# apt-get install when missing (root), a few stat calls when present. The tests start their own daemons.
+slurm: setup
+	$(DEVTOOLS) slurm install
+
 demo: binaries
 	$(DEVTOOLS) demo
 
-test: binaries helm promtool
+test: binaries helm promtool slurm
 	$(BIN)/python -m pytest -ra
 
 unit: setup
 	$(BIN)/python -m pytest -ra tests/unit
 
-integration: binaries helm promtool
+integration: binaries helm promtool slurm
 	$(BIN)/python -m pytest -ra tests/integration
 
 e2e: binaries

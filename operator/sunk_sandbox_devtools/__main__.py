@@ -9,6 +9,7 @@ USAGE = f"""{PROG} COMMAND [ARGS]
 
 commands:
   devcluster  up | down | env | build: a local etcd + kube-apiserver
+  slurm       install | up: slurmctld + slurmd + slurmrestd (JWT) for the tests
   demo        the whole thing locally: control plane, emulator, operator, example binding
   chart       sync: write the Helm chart's copies (CRD, alerts, dashboard), appVersion, README values table
 """
@@ -26,6 +27,9 @@ def main(argv: list[str] | None = None) -> int:
     if command == "chart":
         from . import chart
         return chart.main(rest)
+    if command == "slurm":
+        from . import slurm
+        return slurm.main(rest)
     if command == "demo":
         from . import demo
         return demo.main(rest)

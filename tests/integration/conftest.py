@@ -139,3 +139,19 @@ def binding_ns(installed, ns) -> str:
     create_token_secret(installed, ns)
     make_scheduler(installed, ns)
     return ns
+
+
+@pytest.fixture(scope="session")
+def slurm() -> Iterator:
+    """A real Slurm for the session (sunk_sandbox_devtools/slurm.py): slurmctld + slurmd + slurmrestd
+    (JWT, v0.0.38) on free loopback ports, started on first use (about a second; `make slurm`
+    installed the Debian packages) and stopped at the end. Tests play the SUNK scheduler's part by
+    submitting placeholder jobs through slurmrestd (`slurm.submit`)."""
+    from sunk_sandbox_devtools import slurm as harness
+
+    cluster = harness.temp_cluster()
+    print(f"\nSlurm (slurmctld + slurmd + slurmrestd) started in {cluster.started_in:.2f}s at {cluster.url}")
+    try:
+        yield cluster
+    finally:
+        print(f"\nSlurm stopped in {cluster.stop():.2f}s")
