@@ -17,6 +17,7 @@ from kubernetes.utils.quantity import parse_quantity as k8s_parse_quantity
 from sunk_sandbox_operator.adapters.quantity import parse_quantity
 from sunk_sandbox_operator.api import PlacementStatus
 from sunk_sandbox_operator.core.placement import (
+    EXCLUSIVE_OK_ON_GPU,
     GPU_REQUESTED,
     GRACE_TOO_LONG,
     GUARANTEED_QOS,
@@ -170,6 +171,12 @@ def _with_resources(resources: dict, extra_containers: list | None = None) -> di
         ({"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"cpu": "2", "memory": "2Gi"}}, set()),
         ({"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1000m", "memory": "1Gi"}}, {GUARANTEED_QOS}),
         ({"limits": {"cpu": "2", "memory": "2Gi"}}, {GUARANTEED_QOS}),  # requests default to limits
+        # Burstable: CPU request = limit, but memory's differ (or is unlimited): no exclusive CPUs.
+        ({"requests": {"cpu": "1", "memory": "512Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}}, set()),
+        ({"requests": {"cpu": "2", "memory": "1Gi"}, "limits": {"cpu": "2"}}, set()),
+        # Guaranteed with a fractional CPU request: the static CPU manager leaves it in the shared pool.
+        ({"requests": {"cpu": "1500m", "memory": "1Gi"}, "limits": {"cpu": "1500m", "memory": "1Gi"}}, set()),
+        ({"limits": {"cpu": "0.5", "memory": "1Gi"}}, set()),
         ({"requests": {"cpu": "1", "memory": "1Gi"}}, set()),
         ({"requests": {"memory": "1Gi"}}, {MISSING_REQUESTS}),
         ({"requests": {"cpu": "0", "memory": "1Gi"}}, {MISSING_REQUESTS}),
@@ -183,6 +190,29 @@ def _with_resources(resources: dict, extra_containers: list | None = None) -> di
 )
 def test_resource_hazards(resources: dict, hazards: set[str]) -> None:
     assert facts(_with_resources(resources)).hazards == hazards
+
+
+def test_guaranteed_is_the_pods_class_not_one_containers() -> None:
+    pinned = {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}}
+    burstable_sidecar = {"name": "side", "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}
+    assert GUARANTEED_QOS not in facts(_with_resources(pinned, [burstable_sidecar])).hazards
+    fractional = {"name": "side", "resources": {"limits": {"cpu": "250m", "memory": "64Mi"}}}
+    assert GUARANTEED_QOS in facts(_with_resources(pinned, [fractional])).hazards  # one integer container pins
+    pod = _with_resources(pinned)
+    pod["spec"]["initContainers"] = [{"name": "init", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]
+    assert GUARANTEED_QOS not in facts(pod).hazards  # an init container without limits makes it Burstable
+
+
+def test_exclusive_ok_on_a_gpu_pod() -> None:
+    gpu = {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"nvidia.com/gpu": "1"}}
+    pod = _with_resources(gpu)
+    pod["metadata"]["annotations"]["sunk.coreweave.com/exclusive"] = "ok"
+    assert facts(pod).hazards == {GPU_REQUESTED, EXCLUSIVE_OK_ON_GPU}
+    pod["metadata"]["annotations"]["sunk.coreweave.com/exclusive"] = "user"
+    assert facts(pod).hazards == {GPU_REQUESTED}
+    cpu_only = _with_resources({"requests": {"cpu": "1", "memory": "1Gi"}})
+    cpu_only["metadata"]["annotations"]["sunk.coreweave.com/exclusive"] = "ok"
+    assert EXCLUSIVE_OK_ON_GPU not in facts(cpu_only).hazards
 
 
 def test_hazard_on_any_container() -> None:
@@ -231,7 +261,10 @@ def test_new_hazards_and_messages() -> None:
     assert new_hazards(after, after) == frozenset()
     for kind in HAZARDS:
         assert "ds-alice/sbx-1" in hazard_message(kind, "ds-alice/sbx-1")
-    assert "requests below limits" in hazard_message(GUARANTEED_QOS, "a/b")
+    guaranteed = hazard_message(GUARANTEED_QOS, "a/b")
+    assert "Guaranteed and Burstable" in guaranteed and "integer CPU request" in guaranteed
+    assert "pinning drains Slurm nodes" in guaranteed and "static CPU manager" in guaranteed
+    assert "not for GPU pods" in hazard_message(EXCLUSIVE_OK_ON_GPU, "a/b")
     assert "not supported" in hazard_message(GPU_REQUESTED, "a/b")
     assert "non-zero" in hazard_message(MISSING_REQUESTS, "a/b")
     assert '"1000"' in hazard_message(NON_NUMERIC_USER_ID, "a/b")

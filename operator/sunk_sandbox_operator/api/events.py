@@ -39,6 +39,7 @@ class EventReason(StrEnum):
     MISSING_REQUESTS = "MissingRequests", "Warning", "a sandbox pod lacks a non-zero `requests.cpu` or `requests.memory` (SUNK reads both)"
     NON_NUMERIC_USER_ID = "NonNumericUserId", "Warning", "`sunk.coreweave.com/user-id` on a sandbox pod is not a numeric UID"
     GRACE_TOO_LONG = "GraceTooLong", "Warning", "a sandbox pod's grace period exceeds the scheduler's kill-wait"
+    EXCLUSIVE_OK_ON_GPU = "ExclusiveOkOnGPU", "Warning", "a GPU sandbox pod carries `sunk.coreweave.com/exclusive: ok` (not for GPU pods)"
 
 
 def table() -> list[tuple[str, str, str]]:

@@ -21,9 +21,9 @@ from typing import Any, Literal
 from .conditions import Status
 from .grace import is_safe
 from .pods import (  # noqa: F401  (pod decoding and hazard names are part of this module's API)
-    DEFAULT_GRACE_SECONDS, GPU_REQUESTED, GRACE_TOO_LONG, GROUP_ID_ANNOTATION, GUARANTEED_QOS, HAZARDS,
-    MISSING_REQUESTS, NON_NUMERIC_USER_ID, PARTITION_ANNOTATION, USER_ID_ANNOTATION, _NO_HAZARDS,
-    QuantityParser, _interned_hazards, _str_or_none,
+    DEFAULT_GRACE_SECONDS, EXCLUSIVE_ANNOTATION, EXCLUSIVE_OK_ON_GPU, GPU_REQUESTED, GRACE_TOO_LONG,
+    GROUP_ID_ANNOTATION, GUARANTEED_QOS, HAZARDS, MISSING_REQUESTS, NON_NUMERIC_USER_ID, PARTITION_ANNOTATION,
+    USER_ID_ANNOTATION, _NO_HAZARDS, QuantityParser, _interned_hazards, _str_or_none,
 )
 from .pods import PodRecord as PodRecord, decode_pod as decode_pod, parse_time as parse_time  # the shell's too
 from ..api.reasons import PlacementVerified
@@ -107,6 +107,8 @@ def observe_pod(
             hazards.add(NON_NUMERIC_USER_ID)
     if kill_wait is not None and not is_safe(pod.grace, kill_wait):
         hazards.add(GRACE_TOO_LONG)
+    if GPU_REQUESTED in pod.resource_hazards and pod.annotation(EXCLUSIVE_ANNOTATION) == "ok":
+        hazards.add(EXCLUSIVE_OK_ON_GPU)
     return PodFacts(pod, "; ".join(differences) or None, _interned_hazards(hazards))
 
 
@@ -118,8 +120,14 @@ def new_hazards(previous: PodFacts | None, current: PodFacts) -> frozenset[str]:
 def hazard_message(kind: str, pod_ref: str) -> str:
     """A Warning event message for a hazard on a pod, saying the fix."""
     fixes = {
-        GUARANTEED_QOS: "CPU requests equal limits (Guaranteed QoS), which triggers static CPU pinning that "
-        "drains Slurm nodes: set requests below limits in the sandbox's ResourceOptions",
+        GUARANTEED_QOS: "is Guaranteed QoS (CPU and memory requests equal their limits in every container) with "
+        "an integer CPU request: that is the condition on which the kubelet's static CPU manager pins whole CPUs "
+        "to a container, and SUNK's known limitations warn that CPU pinning drains Slurm nodes. SUNK works with "
+        "Guaranteed and Burstable pods alike: set the CPU request below its limit (Burstable), or make it "
+        "fractional (e.g. 1500m), in the sandbox's ResourceOptions",
+        EXCLUSIVE_OK_ON_GPU: f"requests a GPU and carries {EXCLUSIVE_ANNOTATION}: ok, which SUNK's annotation "
+        "reference says is not for GPU pods (ok is for CPU pods only): use none or user (spec.slurm.exclusive "
+        "when the binding pins it); GPU sandboxes are not supported with this integration anyway",
         GPU_REQUESTED: "requests a GPU, but GPU sandboxes are not supported with the SUNK Pod Scheduler "
         "integration (CPU only): use a runner that does not route through SUNK for GPU sandboxes",
         MISSING_REQUESTS: "has a zero or missing CPU or memory request; SUNK reads requests.cpu and "

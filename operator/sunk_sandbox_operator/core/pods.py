@@ -20,6 +20,7 @@ from ..api.keys import ANNOTATION_PREFIX
 PARTITION_ANNOTATION = ANNOTATION_PREFIX + "partition"
 USER_ID_ANNOTATION = ANNOTATION_PREFIX + "user-id"
 GROUP_ID_ANNOTATION = ANNOTATION_PREFIX + "group-id"
+EXCLUSIVE_ANNOTATION = ANNOTATION_PREFIX + "exclusive"
 DEFAULT_GRACE_SECONDS = 30
 
 GUARANTEED_QOS = EventReason.GUARANTEED_QOS.value  # hazard kinds: each is a Warning event's reason
@@ -27,7 +28,8 @@ GPU_REQUESTED = EventReason.GPU_REQUESTED.value
 MISSING_REQUESTS = EventReason.MISSING_REQUESTS.value
 NON_NUMERIC_USER_ID = EventReason.NON_NUMERIC_USER_ID.value
 GRACE_TOO_LONG = EventReason.GRACE_TOO_LONG.value
-HAZARDS = (GUARANTEED_QOS, GPU_REQUESTED, MISSING_REQUESTS, NON_NUMERIC_USER_ID, GRACE_TOO_LONG)
+EXCLUSIVE_OK_ON_GPU = EventReason.EXCLUSIVE_OK_ON_GPU.value
+HAZARDS = (GUARANTEED_QOS, GPU_REQUESTED, MISSING_REQUESTS, NON_NUMERIC_USER_ID, GRACE_TOO_LONG, EXCLUSIVE_OK_ON_GPU)
 
 _NO_HAZARDS: frozenset[str] = frozenset()
 
@@ -73,6 +75,41 @@ def _resources(container: Mapping[str, Any]) -> tuple[Mapping[str, Any], Mapping
     return _mapping(res.get("requests")), _mapping(res.get("limits"))
 
 
+# The resources Kubernetes computes a pod's QoS class from (v1 qos.GetPodQOS).
+_QOS_RESOURCES = ("cpu", "memory")
+
+
+def _requests_with_defaults(container: Mapping[str, Any]) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
+    """(requests, limits); a request missing where a limit is set is the limit, as the API server
+    defaults it (raw objects in tests and dry runs are not defaulted)."""
+    requests, limits = _resources(container)
+    return {**{k: v for k, v in limits.items() if k in _QOS_RESOURCES}, **requests}, limits
+
+
+def guaranteed_qos(containers: list[Any], parse: QuantityParser) -> bool:
+    """Kubernetes' own rule (GetPodQOS): every container (init ones included) has non-zero CPU and
+    memory limits, and the pod's summed CPU and memory requests equal its summed limits."""
+    requests: dict[str, Decimal] = {}
+    limits: dict[str, Decimal] = {}
+    guaranteed = bool(containers)
+    for c in containers:
+        reqs, lims = _requests_with_defaults(_mapping(c))
+        for res in _QOS_RESOURCES:
+            req, lim = _quantity_or_none(parse, reqs.get(res)), _quantity_or_none(parse, lims.get(res))
+            if req is not None and req > 0:
+                requests[res] = requests.get(res, Decimal(0)) + req
+            if lim is not None and lim > 0:
+                limits[res] = limits.get(res, Decimal(0)) + lim
+            else:
+                guaranteed = False
+    return guaranteed and requests == limits and bool(requests)
+
+
+def _integer_cpu(container: Mapping[str, Any], parse: QuantityParser) -> bool:
+    cpu = _quantity_or_none(parse, _requests_with_defaults(container)[0].get("cpu"))
+    return cpu is not None and cpu > 0 and cpu == cpu.to_integral_value()
+
+
 def _container_hazards(containers: list[Any], init_containers: list[Any], parse: QuantityParser) -> set[str]:
     found: set[str] = set()
     for c in init_containers + containers:
@@ -87,13 +124,16 @@ def _container_hazards(containers: list[Any], init_containers: list[Any], parse:
         # The API server defaults a missing request to the limit; do the same for raw objects.
         cpu_req = _quantity_or_none(parse, requests.get("cpu", limits.get("cpu")))
         mem_req = _quantity_or_none(parse, requests.get("memory", limits.get("memory")))
-        cpu_lim = _quantity_or_none(parse, limits.get("cpu"))
         if not cpu_req or not mem_req:
             found.add(MISSING_REQUESTS)
-        if cpu_req is not None and cpu_lim is not None and cpu_req == cpu_lim:
-            found.add(GUARANTEED_QOS)
     if not containers:
         found.add(MISSING_REQUESTS)
+    # The static CPU manager's condition for exclusive (pinned) CPUs: a Guaranteed pod, and a
+    # container whose CPU request is a whole number. Burstable pods, and Guaranteed ones with
+    # fractional CPU requests, share the node's CPU pool: both QoS classes work with SUNK.
+    everything = [_mapping(c) for c in init_containers + containers]
+    if guaranteed_qos(everything, parse) and any(_integer_cpu(c, parse) for c in everything):
+        found.add(GUARANTEED_QOS)
     return found
 
 
