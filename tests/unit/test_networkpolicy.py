@@ -14,4 +14,5 @@ def test_the_network_policy_selects_the_operator_pods_and_admits_only_their_port
     listening = {p["containerPort"] for p in container.get("ports") or []}
     assert listening <= admitted and admitted - listening <= {9443}  # 9443: the optional webhook component
     egress = {(p["protocol"], p["port"]) for rule in policy["spec"]["egress"] for p in rule["ports"]}
-    assert egress == {("UDP", 53), ("TCP", 53), ("TCP", 443), ("TCP", 6443)}
+    # DNS, the API server, the runner API, and slurmrestd's default port (spec.slurm.restAPI).
+    assert egress == {("UDP", 53), ("TCP", 53), ("TCP", 443), ("TCP", 6443), ("TCP", 6820)}
