@@ -41,6 +41,10 @@ def _run(argv: list[str]) -> int:
     parser.add_argument("--allowed-api-url", action="append", default=None, metavar="URL",
                         help="a runner API base URL bindings may use (repeatable; default https://api.coreweave.com; "
                         "plain http only for a loopback URL, e.g. http://127.0.0.1:* for a local emulator)")
+    parser.add_argument("--allowed-slurm-url", action="append", default=None, metavar="URL",
+                        help="a slurmrestd base URL bindings may name in spec.slurm.restAPI.url (repeatable; default "
+                        "none: a binding naming one is NotAllowed; the same rules as --allowed-api-url; "
+                        "SSB_ALLOWED_SLURM_URLS)")
     parser.add_argument("--allow-reach", action="append", default=None, metavar="NS=TARGETS",
                         help="bindings in NS (a glob) may name schedulers, scope targets and system namespaces in "
                         "TARGETS (comma-separated globs), e.g. tenant-slurm=argocd (repeatable)")
@@ -68,12 +72,14 @@ def _run(argv: list[str]) -> int:
         os.environ["SSB_ALLOWED_API_URLS"] = ",".join(args.allowed_api_url)
     if args.allow_reach:
         os.environ["SSB_ALLOWED_REACH"] = ";".join(args.allow_reach)
+    if args.allowed_slurm_url:
+        os.environ["SSB_ALLOWED_SLURM_URLS"] = ",".join(args.allowed_slurm_url)
     from .core.tenancy import check_allowed_urls
 
-    bad = check_allowed_urls(u.strip().removesuffix(":*") for u in os.environ.get("SSB_ALLOWED_API_URLS", "").split(",")
-                             if u.strip())
-    if bad:
-        parser.error("--allowed-api-url / SSB_ALLOWED_API_URLS: " + "; ".join(bad))
+    for flag, name in (("--allowed-api-url", "SSB_ALLOWED_API_URLS"), ("--allowed-slurm-url", "SSB_ALLOWED_SLURM_URLS")):
+        bad = check_allowed_urls(u.strip().removesuffix(":*") for u in os.environ.get(name, "").split(",") if u.strip())
+        if bad:
+            parser.error(f"{flag} / {name}: " + "; ".join(bad))
     if args.allow_match_all:
         os.environ["SSB_ALLOW_MATCH_ALL"] = "true"
     for flag, name in (("sandbox_namespace_selector", "SSB_SANDBOX_NAMESPACE_SELECTOR"),

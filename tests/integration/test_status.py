@@ -11,7 +11,7 @@ from tests.integration.conftest import binding_spec, new_runner
 
 pytestmark = pytest.mark.integration
 
-TYPES = ["Ready", "SchedulerReady", "PolicySynced", "ScopeSynced", "GracePeriodSafe", "PlacementVerified"]
+TYPES = ["Ready", "SchedulerReady", "PolicySynced", "ScopeSynced", "GracePeriodSafe", "SlurmReady", "PlacementVerified"]
 RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
 
 

@@ -16,7 +16,7 @@ def test_transition_time_changes_only_on_status_flip():
 def test_initial_conditions_all_unknown_not_reconciled():
     conds = c.initial(3, T0)
     assert [x["type"] for x in conds] == ["Ready", "SchedulerReady", "PolicySynced", "ScopeSynced",
-                                          "GracePeriodSafe", "PlacementVerified"]
+                                          "GracePeriodSafe", "SlurmReady", "PlacementVerified"]
     assert all(x["status"] == "Unknown" and x["reason"] == "NotReconciled" for x in conds)
 
 

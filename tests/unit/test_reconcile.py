@@ -57,7 +57,7 @@ async def test_a_reconcile_writes_policy_and_scope_and_reports_once(harness) -> 
     assert conditions(h) == {
         "Ready": ("True", "Ready"), "SchedulerReady": ("True", "SchedulerFound"), "PolicySynced": ("True", "Synced"),
         "ScopeSynced": ("True", "Synced"), "GracePeriodSafe": ("True", "GracePeriodWithinKillWait"),
-        "PlacementVerified": ("Unknown", "NoSandboxPods")}
+        "SlurmReady": ("True", "NotConfigured"), "PlacementVerified": ("Unknown", "NoSandboxPods")}
     assert runner.policy["base"]["spec"]["schedulerName"] == "slurm-scheduler"
     assert listed(h) == ["ds-alice", "ds-bob", NS]
     assert h.kube.count("patch_binding_status") == 1 and state.reconciled_generation == 1 and state.active

@@ -21,7 +21,7 @@ async def test_the_first_flush_writes_every_condition_then_nothing_changed_means
     assert await flush(h.ctx, state) is True
     stored = h.kube.get("bindings", "slurm", "b")["status"]
     assert [c["type"] for c in stored["conditions"]] == ["Ready", "SchedulerReady", "PolicySynced", "ScopeSynced",
-                                                          "GracePeriodSafe", "PlacementVerified"]
+                                                          "GracePeriodSafe", "SlurmReady", "PlacementVerified"]
     assert {c["reason"] for c in stored["conditions"]} == {"NotReconciled"}
     assert stored["observedGeneration"] == 1 and state.status == stored
     await h.clock.advance(60.0)                                  # a later time alone changes nothing
@@ -60,7 +60,7 @@ async def test_nothing_is_composed_before_every_concern_was_observed_again(harne
     state = h.binding(observed=False)
     state.report(Part("ScopeSynced", "True", "Synced", "all listed", "scope", {"namespaceCount": 2}))
     assert await flush(h.ctx, state) is False and _patches(h) == []
-    for ctype in ("SchedulerReady", "PolicySynced", "GracePeriodSafe"):
+    for ctype in ("SchedulerReady", "PolicySynced", "GracePeriodSafe", "SlurmReady"):
         state.report(Part(ctype, "True", "Fine", "ok"))
     assert await flush(h.ctx, state) is False                    # PlacementVerified not observed yet
     state.report(Part("PlacementVerified", "Unknown", "NoSandboxPods", "none yet"))
@@ -179,7 +179,7 @@ async def test_a_failing_event_sink_never_breaks_a_flush(harness) -> None:
     ctx = Context(config=h.config, kube=h.kube, event_sink=broken, monotonic=h.clock, sleep=h.clock.sleep,
                   now_iso=h.clock.iso)
     state = ctx.bindings.ensure(h.kube.add("bindings", binding_body()))
-    for ctype in ("PolicySynced", "ScopeSynced", "GracePeriodSafe", "PlacementVerified"):
+    for ctype in ("PolicySynced", "ScopeSynced", "GracePeriodSafe", "SlurmReady", "PlacementVerified"):
         state.report(Part(ctype, "Unknown", "NotReconciled", "not yet"))
     state.report(Part("SchedulerReady", "False", "SchedulerNotFound", "no pods"))
     assert await flush(ctx, state) is True

@@ -45,6 +45,39 @@ def test_only_allowed_api_urls() -> None:
     assert msg.startswith("spec.runner.apiURL: https://evil.io is not an API URL the operator allows")
 
 
+def slurm_spec(url: str) -> object:
+    return spec(slurm={"restAPI": {"url": url, "tokenSecretRef": {"name": "jwt"}, "user": "k8sop"}})
+
+
+def test_a_slurmrestd_url_is_refused_until_the_admin_allows_it() -> None:
+    """The Slurm JWT goes where restAPI.url says: its own allow-list, the same rules, empty by default."""
+    [v] = t.violations(slurm_spec("https://slurm.tenant-slurm.svc:6820"), "tenant-slurm", POLICY)
+    assert v.field == "spec.slurm.restAPI.url" and "(allowed: none)" in v.message
+    assert "--allowed-slurm-url / SSB_ALLOWED_SLURM_URLS" in v.message
+    allowed = t.TenancyPolicy(allowed_slurm_urls=("https://slurm.tenant-slurm.svc:6820", "http://127.0.0.1:*"))
+    assert fields(slurm_spec("https://slurm.tenant-slurm.svc:6820"), policy=allowed) == []
+    assert fields(slurm_spec("http://127.0.0.1:41000"), policy=allowed) == []
+    for url in ("https://slurm.tenant-slurm.svc:6821", "https://api.coreweave.com", "http://slurm.tenant-slurm.svc:6820",
+                "https://slurm.tenant-slurm.svc:6820/?next=x", "https://slurm.tenant-slurm.svc:6820@evil.io"):
+        assert fields(slurm_spec(url), policy=allowed) == ["spec.slurm.restAPI.url"], url
+    # The runner API's list does not allow a slurmrestd URL, nor the other way round.
+    assert fields(slurm_spec("https://api.coreweave.com"), policy=t.TenancyPolicy()) == ["spec.slurm.restAPI.url"]
+    # Plain http only for loopback, as for the runner API: never honoured for another host.
+    lax = t.TenancyPolicy(allowed_slurm_urls=("http://slurm.tenant-slurm.svc:6820",))
+    assert fields(slurm_spec("http://slurm.tenant-slurm.svc:6820"), policy=lax) == ["spec.slurm.restAPI.url"]
+
+
+def test_the_slurm_url_setting_is_read_and_checked_at_start(monkeypatch) -> None:
+    from sunk_sandbox_operator import __main__ as cli
+    from sunk_sandbox_operator.controller import config
+
+    monkeypatch.setenv("SSB_ALLOWED_SLURM_URLS", "https://slurm.example.com:6820, http://127.0.0.1:*")
+    assert config.load().tenancy().allowed_slurm_urls == ("https://slurm.example.com:6820", "http://127.0.0.1:*")
+    monkeypatch.setenv("SSB_ALLOWED_SLURM_URLS", "http://slurm.example.com:6820")
+    with pytest.raises(SystemExit):
+        cli.main(["run", "--allowed-slurm-url", "http://slurm.example.com:6820"])
+
+
 GATEWAY = t.TenancyPolicy(allowed_api_urls=("https://gw.example.com/runner",))
 ESCAPES = [
     "https://gw.example.com/runner/../admin",         # httpx sends /admin/...

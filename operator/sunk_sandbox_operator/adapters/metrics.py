@@ -95,6 +95,12 @@ class Metrics:
                                         "pods and scope targets (one per kind and namespace).", registry=r)
         self.dependency_objects = Gauge("ssb_dependency_watch_objects", "Objects those watches know (names and "
                                         "resourceVersions only).", registry=r)
+        self.slurm_requests = Counter("ssb_slurm_requests", "slurmrestd requests by endpoint (jobs, partitions, "
+                                      "partition, ping, diag) and HTTP code (304: unchanged since update_time).",
+                                      ["endpoint", "code"], registry=r)
+        self.slurm_pollers = Gauge("ssb_slurm_pollers", "Running job-list pollers (one per slurmrestd URL and user, "
+                                   "shared by every binding naming them).", registry=r)
+        self.slurm_jobs = Gauge("ssb_slurm_jobs", "Jobs in the job lists the pollers hold.", registry=r)
         self.scope_sync_latency = Histogram(
             "ssb_scope_sync_latency_seconds", "From a namespace event to the scope target holding it.",
             buckets=(0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0), registry=r)

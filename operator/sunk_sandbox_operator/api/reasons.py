@@ -19,12 +19,18 @@ class ConditionType(StrEnum):
     POLICY_SYNCED = "PolicySynced"
     SCOPE_SYNCED = "ScopeSynced"
     GRACE_PERIOD_SAFE = "GracePeriodSafe"
+    SLURM_READY = "SlurmReady"
     PLACEMENT_VERIFIED = "PlacementVerified"
 
 
-# Status order, and the inputs of Ready in the order its reason is picked.
+# Status order, and the inputs of Ready in the order its reason is picked (SlurmReady before
+# PlacementVerified: a partition that is down is the cause, the placeholder jobs pending on it the
+# symptom).
 CONDITION_TYPES: list[str] = [t.value for t in ConditionType]
 READY_INPUTS: list[str] = CONDITION_TYPES[1:]
+# Inputs whose Unknown does not hold Ready back: no sandbox pod yet; Slurm not answering (its own
+# condition says so; nothing the binding does depends on slurmrestd).
+UNKNOWN_DOES_NOT_HOLD_READY: frozenset[str] = frozenset({"PlacementVerified", "SlurmReady"})
 
 
 class _Reason(StrEnum):
@@ -49,8 +55,8 @@ class Common(_Reason):
     NOT_ALLOWED = "NotAllowed", (
         "the binding asks what the operator's settings do not allow (an API URL, another namespace, a system "
         "namespace, a selector or glob that matches (nearly) everything; the message names the field): fix the "
-        "field, or ask the operator's admin (`--allowed-api-url`, `--allow-reach`, `--allow-match-all`). Nothing "
-        "is read or written for it, no token is sent")
+        "field, or ask the operator's admin (`--allowed-api-url`, `--allowed-slurm-url`, `--allow-reach`, "
+        "`--allow-match-all`). Nothing is read or written for it, no token is sent")
 
 
 class Ready(_Reason):
@@ -151,6 +157,34 @@ class GracePeriodSafe(_Reason):
     KILL_WAIT_UNKNOWN = "KillWaitUnknown", "set `spec.scheduler.killWaitSeconds`"
 
 
+class SlurmReady(_Reason):
+    NOT_CONFIGURED = "NotConfigured", "— (no `spec.slurm.restAPI`: Slurm is not read)"
+    PARTITION_UP = "PartitionUp", "—"
+    SLURM_REACHABLE = "SlurmReachable", (
+        "— (no `spec.partition`: Slurm answered with the token; pods go to the partitions Slurm picks)")
+    PARTITION_NOT_FOUND = "PartitionNotFound", (
+        "Slurm has no partition named `spec.partition` (`sinfo -h -o %P` lists them): fix `spec.partition`, or "
+        "have the Slurm admin add it (Helm `slurmConfig` partitions)")
+    PARTITION_DOWN = "PartitionDown", (
+        "the partition's state is not UP (DOWN, DRAIN or INACTIVE; the message says which): sandboxes' placeholder "
+        "jobs stay PENDING there; a Slurm admin: `scontrol update PartitionName=P State=UP`")
+    SLURM_UNREACHABLE = "SlurmUnreachable", (
+        "transient (Unknown): slurmrestd (or slurmctld behind it) did not answer (connection refused, timeout, "
+        "502/503/504; the message says which): check `spec.slurm.restAPI.url`, that slurmrestd runs, and the "
+        "NetworkPolicy (egress to its port). Nothing else is affected: Ready does not wait for it")
+    SLURM_AUTH_FAILED = "SlurmAuthFailed", (
+        "slurmrestd refused the token (401), or slurmctld did (Slurm 22.05 answers HTTP 500 `slurmctld config is "
+        "unable to load`): put a valid, unexpired JWT for `spec.slurm.restAPI.user` in the Secret (`scontrol token "
+        "username=USER lifespan=SECONDS`; the message says when one expired or names another user); slurmrestd "
+        "needs `SLURM_JWT=daemon` and slurmctld `AuthAltTypes=auth/jwt`")
+    CREDENTIALS_MISSING = "CredentialsMissing", (
+        "create the Secret / key named in `slurm.restAPI.tokenSecretRef`, or grant the operator `get` on Secrets "
+        "in that namespace")
+    SLURM_API_ERROR = "SlurmAPIError", (
+        "slurmrestd answered something unexpected (the message says what); a 404 means the path is not served: set "
+        "`spec.slurm.restAPI.apiVersion` to a version slurmrestd loads (its `-s` option, e.g. v0.0.38)")
+
+
 class PlacementVerified(_Reason):
     VERIFIED = "Verified", "the newest sandbox pod carries our scheduler and annotations"
     NO_SANDBOX_PODS = "NoSandboxPods", "create a sandbox to verify"
@@ -161,6 +195,15 @@ class PlacementVerified(_Reason):
     POLICY_NOT_PROPAGATED = "PolicyNotPropagated", (
         "a pod created after the policy write lacks it, and the propagation window is over: check again with a "
         "new sandbox; if new pods keep the old values, read the runner policy back")
+    SLURM_JOB_PENDING = "SlurmJobPending", (
+        "a sandbox pod's placeholder job has been PENDING in Slurm for a reason that persisted "
+        "(`SSB_SLURM_PENDING_SECONDS`, default 60, over `SSB_SLURM_PENDING_POLLS` polls; a backfill cycle's brief "
+        "`ReqNodeNotAvail` does not count): the message names the pod, the job and Slurm's reason with its usual "
+        "fix (`squeue -j ID -o %R`, `scontrol show job ID`)")
+    SLURM_JOB_MISSING = "SlurmJobMissing", (
+        "a sandbox pod placed by the scheduler has no placeholder job in Slurm `SSB_SLURM_PENDING_SECONDS` after "
+        "its creation (no name in `spec.slurm.restAPI.jobNameTemplates` matched): check that the scheduler watches "
+        "its namespace (ScopeSynced), the pod's events (the scheduler rejects bad annotations), and the templates")
 
 
 # Condition type → the enum of its own reasons (Common ones apply to every type).
@@ -170,6 +213,7 @@ BY_CONDITION: dict[str, type[_Reason]] = {
     ConditionType.POLICY_SYNCED: PolicySynced,
     ConditionType.SCOPE_SYNCED: ScopeSynced,
     ConditionType.GRACE_PERIOD_SAFE: GracePeriodSafe,
+    ConditionType.SLURM_READY: SlurmReady,
     ConditionType.PLACEMENT_VERIFIED: PlacementVerified,
 }
 

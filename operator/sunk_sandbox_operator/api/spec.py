@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
-from pydantic.alias_generators import to_camel
+from pydantic import ConfigDict, Field, StringConstraints, model_validator
 
 from .bounds import (DURATION_PATTERN, SLURM_NAME_PATTERN, NUMERIC_ID_PATTERN, DNS_LABEL_PATTERN,
                      DNS_SUBDOMAIN_PATTERN, OPTIONAL_NAME_PATTERN, OPTIONAL_NAMESPACE_PATTERN,
@@ -19,7 +18,9 @@ from .bounds import (DURATION_PATTERN, SLURM_NAME_PATTERN, NUMERIC_ID_PATTERN, D
                      LABEL_KEY_MAX, LABEL_VALUE_MAX, SELECTOR_LABELS_MAX, SELECTOR_EXPRESSIONS_MAX,
                      SELECTOR_VALUES_MAX, NAMESPACE_GLOBS_MAX, ALWAYS_INCLUDE_MAX, CLIENT_ANNOTATIONS_MAX, URL_MAX,
                      DOTTED_PATH_MAX, DURATION_MAX)
+from .base import _Model
 from .keys import ANNOTATION_PREFIX, DEFAULT_API_URL, DEFAULT_SCHEDULER_POD_LABELS
+from .slurm import SlurmRestAPI
 
 NamespaceGlob = Annotated[str, StringConstraints(pattern=NAMESPACE_GLOB_PATTERN, min_length=1, max_length=NAMESPACE_MAX)]
 NamespaceName = Annotated[str, StringConstraints(pattern=DNS_LABEL_PATTERN, max_length=NAMESPACE_MAX)]
@@ -33,16 +34,6 @@ def _cel(rule: str, message: str, field_path: str | None = None) -> dict[str, An
     if field_path:
         out["fieldPath"] = field_path
     return out
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=False
-    )
-
-    def wire(self) -> dict[str, Any]:
-        """The object as the API server stores it (camelCase, no unset optionals)."""
-        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
 
 
 # ---------------------------------------------------------------- shared pieces
@@ -136,7 +127,8 @@ class SchedulerSpec(_Model):
 
 
 class SlurmSpec(_Model):
-    """Further Slurm annotations pinned on every sandbox pod (sunk.coreweave.com/<key>)."""
+    """Further Slurm annotations pinned on every sandbox pod (sunk.coreweave.com/<key>), and optionally
+    where to read Slurm's side (restAPI)."""
 
     account: Optional[str] = Field(default=None, description="Slurm account (sunk.coreweave.com/account).",
                                    pattern=SLURM_NAME_PATTERN, max_length=64)
@@ -160,6 +152,11 @@ class SlurmSpec(_Model):
         default=None,
         description="Numeric Linux GID (sunk.coreweave.com/group-id). Defaults to user-id in SUNK when unset.",
         pattern=NUMERIC_ID_PATTERN, max_length=10,
+    )
+    rest_api: Optional[SlurmRestAPI] = Field(
+        default=None, alias="restAPI",
+        description="slurmrestd to read: the partition exists and is UP (SlurmReady), each sandbox pod's "
+        "placeholder job is found and not stuck PENDING (PlacementVerified). Unset: Slurm is not read.",
     )
 
     def annotations(self) -> dict[str, str]:

@@ -97,6 +97,29 @@ class Mismatch(_Status):
     time: str = Field(description="When it was seen.")
 
 
+class StuckJob(_Status):
+    """A placeholder job PENDING for a reason that persisted (the oldest such)."""
+
+    pod: str = Field(description="namespace/name of the sandbox pod.")
+    job_id: int = Field(description="Slurm job id.")
+    job: str = Field(description="Slurm job name.")
+    reason: str = Field(description="Slurm's state_reason (e.g. PartitionDown, JobHeldUser, Resources).")
+    since: str = Field(description="When the operator first saw the job pending for this reason.")
+
+
+class PlacementJobs(_Status):
+    """Sandbox pods placed by the scheduler, and their placeholder jobs in Slurm (spec.slurm.restAPI)."""
+
+    matched: int = Field(default=0, description="Pods whose placeholder job was found.")
+    pending: int = Field(default=0, description="... of which the job is PENDING for a reason that persisted "
+                         "(SSB_SLURM_PENDING_SECONDS and SSB_SLURM_PENDING_POLLS).")
+    missing: int = Field(default=0, description="Pods with no placeholder job, SSB_SLURM_PENDING_SECONDS after "
+                         "their creation.")
+    templates: dict[str, int] = Field(default_factory=dict, description="Matched pods per job name template.")
+    stuck: Optional[StuckJob] = Field(default=None, description="The pending job that has waited longest.")
+    missing_pods: Optional[list[str]] = Field(default=None, description="First few pods with no placeholder job.")
+
+
 class PlacementStatus(_Status):
     """What sandbox pods show."""
 
@@ -104,6 +127,8 @@ class PlacementStatus(_Status):
     pods_mismatched: int = Field(default=0, description="Pods created after the last policy write that lack it.")
     last_mismatch: Optional[Mismatch] = Field(default=None, description="Latest mismatching pod.")
     hazards: dict[str, int] = Field(default_factory=dict, description="Pods per hazard kind (GuaranteedQoS, GPURequested, ...).")
+    jobs: Optional[PlacementJobs] = Field(default=None, description="Placeholder jobs in Slurm (when spec.slurm.restAPI "
+                                          "is set and Slurm answers).")
 
 
 class BindingStatus(_Status):
@@ -117,5 +142,5 @@ class BindingStatus(_Status):
     last_handled_reconcile_at: Optional[str] = Field(
         default=None, description="The value of the sunksandbox.dev/reconcile-requested-at annotation the last "
         "reconcile handled.")
-    conditions: list[Condition] = Field(default_factory=list, description="Ready, SchedulerReady, PolicySynced, ScopeSynced, GracePeriodSafe, PlacementVerified.")
+    conditions: list[Condition] = Field(default_factory=list, description="Ready, SchedulerReady, PolicySynced, ScopeSynced, GracePeriodSafe, SlurmReady, PlacementVerified.")
 

@@ -69,6 +69,15 @@ class Config:
     webhook_port: int = 0
     webhook_address: str = "0.0.0.0"
     webhook_cert_dir: str = ""
+    # Slurm (spec.slurm.restAPI): the slurmrestd base URLs bindings may name (the Slurm JWT is sent
+    # there; the rules of allowed_api_urls, default none), how often the shared poller reads the job
+    # list (one request per slurmrestd and user, 304 when unchanged), and how long a pending reason
+    # must last (seconds and polls, both) before a placeholder job counts as stuck.
+    allowed_slurm_urls: tuple[str, ...] = ()
+    slurm_poll_seconds: float = 10.0
+    slurm_pending_seconds: float = 60.0
+    slurm_pending_polls: int = 3
+    slurm_timeout_seconds: float = 15.0
 
     def tenancy(self) -> TenancyPolicy:
         """What bindings may ask. ValueError when --sandbox-namespace-selector does not parse."""
@@ -77,7 +86,8 @@ class Config:
         if bound is not None and bound.error:
             raise ValueError(f"--sandbox-namespace-selector / SSB_SANDBOX_NAMESPACE_SELECTOR: {bound.error}")
         return TenancyPolicy(self.allowed_api_urls, self.allowed_reach, self.operator_namespace,
-                             self.allowed_grant_roles, self.allow_match_all, bound)
+                             self.allowed_grant_roles, self.allow_match_all, bound,
+                             allowed_slurm_urls=self.allowed_slurm_urls)
 
 
 def _bool(name: str) -> bool:
@@ -117,4 +127,10 @@ def load() -> Config:
         webhook_port=int(_float("SSB_WEBHOOK_PORT", 0)),
         webhook_address=os.environ.get("SSB_WEBHOOK_ADDRESS") or "0.0.0.0",
         webhook_cert_dir=os.environ.get("SSB_WEBHOOK_CERT_DIR", ""),
+        allowed_slurm_urls=tuple(u.strip() for u in os.environ.get("SSB_ALLOWED_SLURM_URLS", "").split(",")
+                                 if u.strip()),
+        slurm_poll_seconds=_float("SSB_SLURM_POLL_SECONDS", 10.0),
+        slurm_pending_seconds=_float("SSB_SLURM_PENDING_SECONDS", 60.0),
+        slurm_pending_polls=int(_float("SSB_SLURM_PENDING_POLLS", 3)),
+        slurm_timeout_seconds=_float("SSB_SLURM_TIMEOUT_SECONDS", 15.0),
     )

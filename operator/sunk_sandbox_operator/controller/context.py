@@ -13,7 +13,7 @@ import datetime as dt
 import gc
 import time
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable
+from typing import Any, Awaitable, Callable
 
 from ..adapters import events
 from ..adapters.informer import Informer
@@ -80,6 +80,9 @@ class Context:
     admissions: dict[tuple[str, int | None], bool] = field(default_factory=dict)  # (uid, generation) -> allowed
     depends: Dependencies = None  # type: ignore[assignment]  # scheduler objects and scope targets (built below)
     timers: Timers = field(init=False)  # delayed actions on the injected clock (built below)
+    # controller.slurm_poll.Pollers: the shared slurmrestd pollers, made on first use (slurm_poll.pollers);
+    # not imported here (it reaches the placement wing, which needs this module).
+    slurm: Any = None
 
     def __post_init__(self) -> None:
         if self.event_sink is None:
@@ -100,6 +103,8 @@ class Context:
             state.close()
         self.bindings = Registry(self.bindings.excluded, self.bindings.bound)
         self.depends.refresh()  # no bindings: every dependency watch stops
+        if self.slurm is not None:
+            self.slurm.refresh()  # ... and every Slurm poller
 
     async def synced(self) -> None:
         """Until every informer has its initial LIST in the caches (a first reconcile waits for this)."""

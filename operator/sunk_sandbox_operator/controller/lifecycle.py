@@ -74,6 +74,8 @@ async def stop(ctx: Context) -> None:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
     await reconcile.shutdown(ctx)
+    if ctx.slurm is not None:
+        await ctx.slurm.close()
     if ctx.http is not None:
         await ctx.http.close()
 

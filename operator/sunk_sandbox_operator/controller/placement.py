@@ -1,9 +1,10 @@
 """PlacementVerified and GracePeriodSafe: sandbox pods seen by the pod watch, judged per binding.
 
 The pod cache holds each sandbox pod once; every binding keeps a PlacementTracker of the few
-facts `core.placement` derives for the pods in its namespaces. When a binding's expectations
-change (scheduler discovered, kill-wait changed, spec edited) its tracker is rebuilt from the
-cache without listing pods again.
+facts `core.placement` derives for the pods in its namespaces, and (with spec.slurm.restAPI) a
+JobTracker of their placeholder jobs, fed the same pod events and the shared poller's job lists
+(`on_jobs`). When a binding's expectations change (scheduler discovered, kill-wait changed, spec
+edited) its trackers are rebuilt from the cache without listing pods again.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from ..api.keys import PARTITION_ANNOTATION
 from ..core import grace, placement
 from ..core.compose import Part
 from ..core.scheduler import Discovery
+from ..core.slurm_jobs import JobTracker, JobView
 from .context import Context
 from .state import BindingState, PodExpectations
 from .status_writer import request_flush
@@ -24,9 +26,11 @@ def expectations(state: BindingState, d: Discovery) -> PodExpectations:
     spec = state.admitted_spec
     pinned = tuple(sorted((k, v) for k, v in spec.pinned_annotations().items() if k != PARTITION_ANNOTATION))
     selector = spec.sandbox_namespaces.selector
+    rest = spec.slurm.rest_api
     return PodExpectations(scheduler_name=d.name, partition=spec.partition, pinned=pinned,
                            kill_wait=d.kill_wait_seconds, names=tuple(spec.sandbox_namespaces.names),
-                           selector=repr(selector.wire()) if selector else None)
+                           selector=repr(selector.wire()) if selector else None,
+                           job_templates=tuple(rest.job_name_templates) if rest is not None else None)
 
 
 def _facts(state: BindingState, pod: placement.PodRecord) -> placement.PodFacts:
@@ -50,9 +54,15 @@ def set_expectations(ctx: Context, state: BindingState, d: Discovery) -> None:
     state.placement.expectations = new
     tracker = state.placement.tracker
     tracker.clear()
+    jobs = state.placement.jobs = JobTracker(new.job_templates, new.scheduler_name) \
+        if new.job_templates is not None else None
+    if jobs is not None and ctx.slurm is not None:
+        jobs.set_view(ctx.slurm.view_for(state))
     for pod in ctx.pods:
         if _belongs(ctx, state, pod.namespace):
             tracker.apply("ADDED", _facts(state, pod))
+            if jobs is not None:
+                jobs.apply("ADDED", pod)
 
 
 def refresh_namespace(ctx: Context, state: BindingState, namespace: str) -> bool:
@@ -62,8 +72,11 @@ def refresh_namespace(ctx: Context, state: BindingState, namespace: str) -> bool
         return False
     belongs = _belongs(ctx, state, namespace)
     changed = False
+    jobs = state.placement.jobs
     for pod in pods:
         changed |= state.placement.tracker.apply("ADDED" if belongs else "DELETED", _facts(state, pod))
+        if jobs is not None:
+            changed |= jobs.apply("ADDED" if belongs else "DELETED", pod)
     return changed
 
 
@@ -77,8 +90,11 @@ def observe(ctx: Context, kind: str, pod: placement.PodRecord
         tracker = state.placement.tracker
         facts = _facts(state, pod)
         before = tracker.get(facts.key)
+        jobs_changed = state.placement.jobs is not None and state.placement.jobs.apply(kind, pod)
         if tracker.apply(kind, facts):
             yield state, facts, placement.new_hazards(before, facts) if kind != "DELETED" else frozenset()
+        elif jobs_changed:
+            yield state, facts, frozenset()
 
 
 def hazard_event(ctx: Context, state: BindingState, kind: str, pod_ref: str) -> None:
@@ -100,10 +116,32 @@ def report(ctx: Context, state: BindingState) -> None:
                                                     kill_wait)
     state.report(Part("GracePeriodSafe", status, reason, message))
     window, now = ctx.config.policy_propagation_seconds, ctx.now_iso()
-    status, reason, message = placement.placement_condition(summary, applied, window_seconds=window, now=now)
-    state.report(Part("PlacementVerified", status, reason, message, "placement", summary.to_status().wire()))
+    jobs = _jobs_summary(ctx, state)
+    status, reason, message = placement.placement_condition(summary, applied, window_seconds=window, now=now,
+                                                            jobs=jobs)
+    state.report(Part("PlacementVerified", status, reason, message, "placement", summary.to_status(jobs).wire()))
     _recheck_at(ctx, state, placement.propagating_until(summary, applied, window_seconds=window, now=now),
                 placement.parse_time(now))
+
+
+def _jobs_summary(ctx: Context, state: BindingState):
+    jobs = state.placement.jobs
+    if jobs is None or jobs.view is None:
+        return None
+    return jobs.summary(jobs.view.as_of - ctx.config.slurm_pending_seconds)
+
+
+def on_jobs(ctx: Context, state: BindingState, view: JobView | None, names: set[str] | None,
+            previous: JobView | None) -> None:
+    """A poller's new job list for this binding (None: none for it now). `names` changed since
+    `previous`; a tracker that did not judge against `previous` re-judges every pod once."""
+    jobs = state.placement.jobs
+    if jobs is None or state.deleted or (view is jobs.view and names is None):
+        return
+    moved = jobs.set_view(view, names if jobs.view is previous and previous is not None else None)
+    due = view is not None and jobs.due(view.as_of - ctx.config.slurm_pending_seconds)
+    if moved or due:
+        request_flush(ctx, state, before=report)
 
 
 def _recheck_at(ctx: Context, state: BindingState, end: float | None, now: float | None) -> None:

@@ -1,7 +1,7 @@
 """The reconcile pipeline of one binding, and its deletion.
 
 discover the scheduler → report SchedulerReady → check runner conflicts → policy pipeline →
-scope pipeline → placement → write status once. Each concern reports a `Part`; decisions are
+scope pipeline → Slurm (read only) → placement → write status once. Each concern reports a `Part`; decisions are
 made in `core/`, I/O in `adapters/`; this module only sequences them.
 """
 
@@ -16,7 +16,7 @@ from ..api.reasons import CONDITION_TYPES, Common
 from ..core import conflicts, resync, scheduler, tenancy
 from ..core.compose import Part
 from ..core.policy_decide import TRANSIENT
-from . import grants, placement, policy, scope
+from . import grants, placement, policy, scope, slurm, slurm_poll
 from .context import Context
 from .retry import FAILURE_BACKOFF
 from .state import BindingState
@@ -146,12 +146,16 @@ async def _reconcile(ctx: Context, state: BindingState, resync: bool) -> None:
     else:
         state.report(await policy.sync(ctx, state, d.name, resync=resync))
         state.report(await scope.sync(ctx, state))
+    # Read only, so a younger conflicting binding checks Slurm too; its own token, its own request.
+    state.report(await slurm.sync(ctx, slurm_poll.pollers(ctx), state))
+    ctx.slurm.checked(state)
     policy_part = state.parts["PolicySynced"]
     transient = transient or (policy_part.status == "False" and policy_part.reason in TRANSIENT)
     state.failures = state.failures + 1 if transient else 0
     placement.report(ctx, state)
     await flush(ctx, state)
     ctx.depends.refresh()  # the scheduler namespace or the target may have moved: watch what it reads now
+    slurm_poll.pollers(ctx).refresh()  # ... and poll the slurmrestd it names now
 
 
 async def _refused(ctx: Context, state: BindingState) -> bool:
@@ -172,6 +176,8 @@ async def _refused(ctx: Context, state: BindingState) -> bool:
     await grants.revoke(ctx, state)
     await flush(ctx, state)
     ctx.depends.refresh()  # nothing it names is watched while it is refused
+    if ctx.slurm is not None:
+        ctx.slurm.refresh()  # ... nor polled
     return True
 
 
@@ -205,6 +211,8 @@ def forget(ctx: Context, state: BindingState) -> None:
     state.close()
     ctx.bindings.forget(state.key)
     ctx.depends.refresh()
+    if ctx.slurm is not None:
+        ctx.slurm.refresh()
 
 
 async def shutdown(ctx: Context) -> None:

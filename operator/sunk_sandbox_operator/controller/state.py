@@ -17,6 +17,7 @@ from ..api.keys import RECONCILE_REQUEST_ANNOTATION
 from ..api.spec import BindingSpec, SandboxNamespaces, parse_spec
 from ..core.compose import Part
 from ..core.placement import PlacementTracker
+from ..core.slurm_jobs import JobTracker
 from ..core.scheduler import Discovery
 from ..core.scope import Matcher, compile_matcher
 from ..core.target_ref import TargetRef
@@ -89,15 +90,26 @@ class PodExpectations:
     kill_wait: int | None
     names: tuple[str, ...]
     selector: str | None
+    job_templates: tuple[str, ...] | None = None  # spec.slurm.restAPI.jobNameTemplates (None: Slurm not read)
 
 
 @dataclass
 class PlacementMemory:
     tracker: PlacementTracker = field(default_factory=PlacementTracker)
+    jobs: JobTracker | None = None             # placeholder jobs (spec.slurm.restAPI set)
     expectations: PodExpectations | None = None
     hazard_events: dict[str, float] = field(default_factory=dict)  # kind -> when last posted (monotonic)
     recheck: "Timer | None" = None             # one re-judge at the end of the propagation window
     recheck_for: float | None = None           # the window end (epoch seconds) it was scheduled for
+
+
+@dataclass
+class SlurmMemory:
+    """What the binding's own slurmrestd check found (controller/slurm.py), for the shared poller."""
+
+    key: object | None = None        # the slurm_poll.PollerKey the outcome is for
+    outcome: str = "unchecked"       # verified (its token passed) | unreachable | refused | unchecked
+    partition_seen: str | None = None  # spec.partition's state at that check ("": not found)
 
 
 @dataclass(frozen=True)
@@ -132,6 +144,7 @@ class BindingState:
     policy: PolicyMemory = field(default_factory=PolicyMemory)
     scope: ScopeMemory | None = None
     placement: PlacementMemory = field(default_factory=PlacementMemory)
+    slurm: SlurmMemory = field(default_factory=SlurmMemory)
     flusher: "Coalescer | None" = None
     flush_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     counters: BindingCounters = field(default_factory=BindingCounters)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Literal
 
-from ..api.reasons import CONDITION_TYPES, READY_INPUTS, Common, Ready
+from ..api.reasons import CONDITION_TYPES, READY_INPUTS, UNKNOWN_DOES_NOT_HOLD_READY, Common, Ready
 
 Status = Literal["True", "False", "Unknown"]
 
@@ -50,10 +50,12 @@ def order(conditions: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def ready(conditions: list[dict[str, Any]]) -> tuple[Status, str, str]:
-    """Ready = SchedulerReady ∧ PolicySynced ∧ ScopeSynced ∧ GracePeriodSafe ∧ PlacementVerified≠False.
+    """Ready = SchedulerReady ∧ PolicySynced ∧ ScopeSynced ∧ GracePeriodSafe ∧ SlurmReady≠False ∧
+    PlacementVerified≠False.
 
     The first False input names the reason; failing that the first Unknown one (PlacementVerified
-    Unknown, i.e. no sandbox pod yet, does not hold Ready back).
+    Unknown, i.e. no sandbox pod yet, and SlurmReady Unknown, i.e. slurmrestd not answering, do not
+    hold Ready back).
     """
     current = {t: find(conditions, t) for t in READY_INPUTS}
     wanted: Status
@@ -61,7 +63,7 @@ def ready(conditions: list[dict[str, Any]]) -> tuple[Status, str, str]:
         for ctype in READY_INPUTS:
             cond = current[ctype]
             status = cond.get("status") if cond else "Unknown"
-            if ctype == "PlacementVerified" and status == "Unknown":
+            if ctype in UNKNOWN_DOES_NOT_HOLD_READY and status == "Unknown":
                 continue
             if status == wanted:
                 reason: str = cond["reason"] if cond else Common.NOT_RECONCILED  # the CRD requires reason

@@ -28,6 +28,7 @@ from .pods import (  # noqa: F401  (pod decoding and hazard names are part of th
 from .pods import PodRecord as PodRecord, decode_pod as decode_pod, parse_time as parse_time  # the shell's too
 from ..api.reasons import PlacementVerified
 from ..api.status import Mismatch, PlacementStatus
+from .slurm_jobs import JobSummary, jobs_condition, jobs_note
 
 # ---------------------------------------------------------------- one pod
 
@@ -157,12 +158,13 @@ class PlacementSummary:
     hazards: dict[str, int]
     max_grace: int | None
 
-    def to_status(self) -> PlacementStatus:
+    def to_status(self, jobs: JobSummary | None = None) -> PlacementStatus:
         return PlacementStatus(
             pods_observed=self.pods_observed,
             pods_mismatched=self.pods_mismatched,
             last_mismatch=self.last_mismatch,
             hazards=dict(self.hazards),
+            jobs=jobs.to_status() if jobs is not None else None,
         )
 
 
@@ -346,12 +348,26 @@ def _iso(ts: float) -> str:
 
 
 def placement_condition(summary: PlacementSummary, policy_applied_time: str | None, *, window_seconds: float = 0,
-                        now: str | None = None) -> tuple[Status, str, str]:
+                        now: str | None = None, jobs: JobSummary | None = None) -> tuple[Status, str, str]:
     """PlacementVerified as (status, reason, message).
 
     `window_seconds` is the propagation window after the policy write and `now` the current time
-    (RFC 3339); without them (or with a zero window) a mismatch is judged at once.
+    (RFC 3339); without them (or with a zero window) a mismatch is judged at once. `jobs`: the
+    placeholder jobs in Slurm (None: not read). The policy's verdict comes first when False (pods
+    without the policy are not placed by SUNK at all); then a stuck or missing placeholder job
+    (Slurm's side of the same pods); then the policy's verdict, with the jobs found.
     """
+    status, reason, message = _policy_condition(summary, policy_applied_time, window_seconds=window_seconds, now=now)
+    if jobs is None or summary.pods_observed == 0 or status == "False":
+        return status, reason, message
+    verdict = jobs_condition(jobs)
+    if verdict is not None:
+        return verdict
+    return status, reason, message + jobs_note(jobs)
+
+
+def _policy_condition(summary: PlacementSummary, policy_applied_time: str | None, *, window_seconds: float,
+                      now: str | None) -> tuple[Status, str, str]:
     if summary.pods_observed == 0:
         return (
             "Unknown",

@@ -15,7 +15,7 @@ from decimal import Decimal
 from typing import Any, Callable
 
 from ..api.events import EventReason
-from ..api.keys import ANNOTATION_PREFIX
+from ..api.keys import ANNOTATION_PREFIX, SANDBOX_ID_LABEL
 
 PARTITION_ANNOTATION = ANNOTATION_PREFIX + "partition"
 USER_ID_ANNOTATION = ANNOTATION_PREFIX + "user-id"
@@ -157,6 +157,7 @@ class PodRecord:
     annotations: tuple[tuple[str, Any], ...]
     resource_hazards: frozenset[str]
     error: str | None = None
+    sandbox_id: str | None = None    # the sandbox.coreweave.com/sandbox-id label (placeholder job names)
 
     @property
     def ref(self) -> str:
@@ -212,6 +213,7 @@ def decode_pod(pod: Any, quantity: QuantityParser, share: Callable[[Any], Any] =
         annotations=annotations,
         resource_hazards=_interned_hazards(hazards),
         error=error,
+        sandbox_id=_str_or_none(_mapping(meta.get("labels")).get(SANDBOX_ID_LABEL)),
     )
 
 

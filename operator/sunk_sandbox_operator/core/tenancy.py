@@ -54,6 +54,9 @@ class TenancyPolicy:
     # Namespaces outside this selector are never matched by any binding (`--sandbox-namespace-selector`;
     # the ClusterSecretStore `namespaceSelector` model), except each binding's own. None: no bound.
     namespace_bound: selectors.ParsedSelector | None = None
+    # slurmrestd base URLs spec.slurm.restAPI.url may name (the Slurm JWT is sent there): the same
+    # rules as allowed_api_urls, their own list, empty by default (a binding naming one is refused).
+    allowed_slurm_urls: tuple[str, ...] = ()
 
     def system(self, namespace: str) -> bool:
         return namespace == self.operator_namespace or any(fnmatch.fnmatchcase(namespace, g) for g in SYSTEM_GLOBS)
@@ -160,17 +163,18 @@ def check_allowed_urls(urls: Iterable[str]) -> list[str]:
     return errors
 
 
-def url_allowed(url: str, policy: TenancyPolicy) -> bool:
+def url_allowed(url: str, policy: TenancyPolicy, allowed_urls: Iterable[str] | None = None) -> bool:
     """The URL is one of the allowed bases, or below one (same scheme, host, port; path prefix),
     compared as the HTTP client will send it (`_base`: `/runner/../admin` is not below `/runner`).
-    An allowed base may end in `:*` (any port: a loopback emulator on a random port in tests)."""
+    An allowed base may end in `:*` (any port: a loopback emulator on a random port in tests).
+    `allowed_urls`: the list to check against (default: the runner API's)."""
     try:
         if check_allowed_urls([url]):
             return False
         scheme, host, port, path = _base(url)
     except ValueError:  # a port that is not a number
         return False
-    for allowed in policy.allowed_api_urls:
+    for allowed in (policy.allowed_api_urls if allowed_urls is None else allowed_urls):
         any_port = allowed.endswith(":*")
         try:
             a_scheme, a_host, a_port, a_path = _base(allowed[:-2] if any_port else allowed)
@@ -184,8 +188,11 @@ def url_allowed(url: str, policy: TenancyPolicy) -> bool:
     return False
 
 
-def _url_violation(url: str, policy: TenancyPolicy) -> Violation | None:
-    if url_allowed(url, policy):
+def _url_violation(url: str, policy: TenancyPolicy, *, allowed_urls: tuple[str, ...] | None = None,
+                   field_name: str = "spec.runner.apiURL", what: str = "an API URL",
+                   setting: str = "--allowed-api-url / SSB_ALLOWED_API_URLS") -> Violation | None:
+    allowed = policy.allowed_api_urls if allowed_urls is None else allowed_urls
+    if url_allowed(url, policy, allowed):
         return None
     problem = url_problem(url)
     if problem is None:
@@ -196,9 +203,9 @@ def _url_violation(url: str, policy: TenancyPolicy) -> Violation | None:
         except ValueError:
             pass
     why = f": {problem}" if problem else ""
-    return Violation("spec.runner.apiURL", f"{url} is not an API URL the operator allows{why} (allowed: "
-                     f"{', '.join(policy.allowed_api_urls)}); the token is sent only there: use one of them, or ask "
-                     "the operator's admin to allow it (--allowed-api-url / SSB_ALLOWED_API_URLS)")
+    return Violation(field_name, f"{url} is not {what} the operator allows{why} (allowed: "
+                     f"{', '.join(allowed) or 'none'}); the token is sent only there: use one of them, or ask "
+                     f"the operator's admin to allow it ({setting})")
 
 
 def _selector_empty(selector: LabelSelector | None) -> bool:
@@ -220,6 +227,13 @@ def violations(spec: BindingSpec, binding_namespace: str, policy: TenancyPolicy)
     bad_url = _url_violation(spec.runner.api_url, policy)
     if bad_url is not None:
         out.append(bad_url)
+    rest = spec.slurm.rest_api
+    if rest is not None:
+        bad_slurm = _url_violation(rest.url, policy, allowed_urls=policy.allowed_slurm_urls,
+                                   field_name="spec.slurm.restAPI.url", what="a slurmrestd URL",
+                                   setting="--allowed-slurm-url / SSB_ALLOWED_SLURM_URLS")
+        if bad_slurm is not None:
+            out.append(bad_slurm)
 
     def reach(field_name: str, namespace: str, what: str) -> None:
         if namespace and not policy.may_reach(binding_namespace, namespace):

@@ -1,0 +1,125 @@
+"""SlurmReady: gather (the token, one request with it) → decide (core/slurm.py) → report.
+
+Each binding checks Slurm with its *own* token, at each reconcile: the partition it pins (GET
+/partition/NAME) or, with none pinned, a ping. That request is also what admits the binding to the
+shared job list (controller/slurm_poll.py): a binding sees placeholder jobs only while its token
+passes Slurm's authentication. The token is read from the admitted spec's Secret at use, checked
+offline first (a malformed, expired or mismatched JWT is not sent), and never logged, reported or
+put in an exception; the URL is one the operator's settings allow (the tenancy check refused the
+binding otherwise, before anything here runs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..adapters import kube as k
+from ..adapters import slurmrest as sr
+from ..api.spec import BindingSpec
+from ..core import slurm
+from ..core.compose import Part
+from ..core.pods import parse_time
+from .context import Context
+from .state import BindingState
+
+COND = "SlurmReady"
+
+
+@dataclass(frozen=True)
+class PollerKey:
+    """One shared poller per slurmrestd URL, Slurm user and API version."""
+
+    url: str
+    user: str
+    api_version: str
+
+
+def key_of(spec: BindingSpec | None) -> PollerKey | None:
+    rest = spec.slurm.rest_api if spec is not None else None
+    return PollerKey(rest.url.rstrip("/"), rest.user, rest.api_version) if rest is not None else None
+
+
+class CredentialsMissing(Exception):
+    pass
+
+
+async def read_token(ctx: Context, state: BindingState) -> str:
+    """The Slurm JWT from the admitted spec's Secret (never logged): CredentialsMissing with the fix."""
+    assert state.spec is not None and state.spec.slurm.rest_api is not None
+    ref = state.spec.slurm.rest_api.token_secret_ref
+    where = f"Secret {state.namespace}/{ref.name}"
+    try:
+        value = await ctx.kube.read_secret_key(state.namespace, ref.name, ref.key)
+    except k.NotFound:
+        raise CredentialsMissing(f"{where} (spec.slurm.restAPI.tokenSecretRef) not found: create it with a Slurm "
+                                 f"JWT under key {ref.key!r}") from None
+    except KeyError:
+        raise CredentialsMissing(f"{where} has no key {ref.key!r}: set spec.slurm.restAPI.tokenSecretRef.key or "
+                                 "add the key") from None
+    except k.Forbidden:
+        raise CredentialsMissing(f"the operator may not read {where}: grant it `get` on secrets in this namespace "
+                                 "(a RoleBinding to the ClusterRole sunk-sandbox-operator-secret-reader)") from None
+    if not value.strip():
+        raise CredentialsMissing(f"key {ref.key!r} of {where} is empty: put the Slurm JWT there")
+    return value.strip()
+
+
+def wall(ctx: Context) -> float:
+    """The injected wall clock as epoch seconds (tests drive it with the fake clock)."""
+    return parse_time(ctx.now_iso()) or 0.0
+
+
+async def observe(ctx: Context, clients, state: BindingState) -> slurm.SlurmObservation | None:
+    """The binding's own request, or the error it met (None: no spec.slurm.restAPI)."""
+    spec = state.spec
+    rest = spec.slurm.rest_api if spec is not None else None
+    if rest is None:
+        return None
+    url, partition = rest.url.rstrip("/"), spec.partition
+
+    def fail(kind: str, detail: str) -> slurm.SlurmObservation:
+        return slurm.SlurmObservation(url, rest.user, partition, error=kind, detail=detail)
+
+    try:
+        token = await read_token(ctx, state)
+    except CredentialsMissing as exc:
+        return fail("credentials", str(exc))
+    problem = slurm.token_problem(token, rest.user, wall(ctx))
+    if problem is not None:
+        return fail("token", problem)
+    client = clients.client(url, rest.api_version)
+
+    async def again() -> str:  # read at use: the request reads the Secret itself
+        return await read_token(ctx, state)
+
+    try:
+        if partition is not None:
+            answer = await client.partition(partition, rest.user, again)
+        else:
+            answer = await client.ping(rest.user, again)
+    except CredentialsMissing as exc:
+        return fail("credentials", str(exc))
+    except sr.SlurmNotFound as exc:
+        return fail("not_found", str(exc))
+    except sr.SlurmAuthFailed as exc:
+        return fail("auth", str(exc))
+    except sr.SlurmUnreachable as exc:
+        return fail("unreachable", str(exc))
+    except sr.SlurmError as exc:
+        return fail("api", str(exc))
+    return slurm.SlurmObservation(url, rest.user, partition, answer=answer)
+
+
+async def sync(ctx: Context, clients, state: BindingState) -> Part:
+    """SlurmReady, and what the shared poller needs to know about this binding's token. `clients`
+    (slurm_poll.Pollers) holds the HTTP clients, one per slurmrestd."""
+    obs = await observe(ctx, clients, state)
+    mem = state.slurm
+    mem.key = key_of(state.spec)
+    mem.outcome = ("verified" if slurm.verified(obs) else
+                   "unreachable" if obs is not None and obs.error == "unreachable" else "refused")
+    mem.partition_seen = None
+    if obs is not None and obs.partition is not None and slurm.verified(obs):
+        mem.partition_seen = (slurm.partition_state(obs.answer) or "") if obs.error is None else ""
+    status, reason, message = slurm.ready_condition(obs)
+    return Part(COND, status, reason, message)
