@@ -183,9 +183,13 @@ FAST_RESYNC = {"SSB_MIN_RESYNC_INTERVAL": "1s"}
 # An allowed entry with a path (never resolved: nothing in the tests uses it), for the path-escape
 # attacks (tests/integration/attacks.py): `.../runner/../admin` must not pass as below it.
 GATEWAY_API = "https://gw.example.com/runner"
+# The test Slurm's slurmrestd listens on a free loopback port (tests/integration/conftest.py `slurm`);
+# the poller reads it every second and a pending reason counts once it lasted 3 s over 2 polls.
+LOOPBACK_SLURM = {"SSB_ALLOWED_SLURM_URLS": "http://127.0.0.1:*"}
+FAST_SLURM = {"SSB_SLURM_POLL_SECONDS": "1", "SSB_SLURM_PENDING_SECONDS": "3", "SSB_SLURM_PENDING_POLLS": "2"}
 TEST_ENV = {"SSB_STATUS_MIN_INTERVAL_SECONDS": "1", "SSB_HAZARD_EVENT_INTERVAL_SECONDS": "1",
             "SSB_RESTORE_RETRIES": "3", "SSB_RESTORE_RETRY_DELAY_SECONDS": "1",
-            "SSB_POLICY_PROPAGATION_SECONDS": "6", **FAST_RESYNC,
+            "SSB_POLICY_PROPAGATION_SECONDS": "6", **FAST_RESYNC, **LOOPBACK_SLURM, **FAST_SLURM,
             "SSB_ALLOWED_API_URLS": f"{LOOPBACK_API['SSB_ALLOWED_API_URLS']},{GATEWAY_API}"}
 PROPAGATION_SECONDS = 6.0
 
