@@ -281,3 +281,22 @@ async def test_pollers_follow_the_bindings(harness) -> None:
     await settle()
     assert h.ctx.slurm.running == {} and running["k8sop"].cancelled()
     await h.ctx.slurm.close()
+
+
+async def test_a_binding_that_first_met_slurm_down_is_woken_when_it_answers(harness) -> None:
+    h, fake = setup(harness)
+    fake.down = True
+    state = binding(h)
+    await reconcile.reconcile(h.ctx, state)
+    assert conditions(h)["SlurmReady"] == ("Unknown", "SlurmUnreachable") and conditions(h)["Ready"][0] == "True"
+    await h.clock.advance(POLL * 3)  # the poller tries with its token, backing off
+    state.wake.clear()
+    fake.down = False
+    await h.clock.advance(300)
+    assert state.wake.is_set()
+    state.wake.clear()
+    await reconcile.reconcile(h.ctx, state)
+    assert conditions(h)["SlurmReady"] == ("True", "PartitionUp")
+    await h.clock.advance(POLL * 3)
+    assert not state.wake.is_set()  # woken once, not at every poll
+    await h.close()

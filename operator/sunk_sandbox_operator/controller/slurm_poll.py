@@ -136,9 +136,12 @@ class Poller:
                 for s in self.subscribers.values():
                     _wake(ctx, s)  # their own checks report SlurmUnreachable
             return self._backoff()
-        was_down = self.reachable is False
+        # Slurm answers again, or for the first time: the bindings whose own check found it unreachable
+        # are woken once to check again (the one whose token just passed among them).
+        recovered = self.reachable is not True
         self.reachable, self.failures = True, 0
         self.polls += 1
+        waiting = [s for s in self.subscribers.values() if s.slurm.key == self.key and s.slurm.outcome == "unreachable"]
         if state.slurm.outcome == "unreachable":
             state.slurm.outcome = "verified"  # its token just passed
         self.update_time = int(started + (self.skew if self.skew is not None else -SKEW_MARGIN)) - 1
@@ -152,7 +155,7 @@ class Poller:
         if parts is not None:
             self.partitions = core.partition_states(parts.body)
         for s in self.subscribers.values():
-            if was_down or self._partition_moved(s):
+            if (recovered and s in waiting) or self._partition_moved(s):
                 _wake(ctx, s)
         return cfg.slurm_poll_seconds
 
