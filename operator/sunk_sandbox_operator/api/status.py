@@ -7,7 +7,7 @@ from typing import Any, Literal, Optional
 from pydantic import ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from .spec import _Model
+from .base import _Model
 
 class _Status(_Model):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")

@@ -15,10 +15,12 @@ from dataclasses import dataclass
 
 from ..adapters import kube as k
 from ..adapters import slurmrest as sr
+from ..api.reasons import SlurmReady
 from ..api.spec import BindingSpec
 from ..core import slurm
 from ..core.compose import Part
 from ..core.pods import parse_time
+from ..core.problems import Problem
 from .context import Context
 from .state import BindingState
 
@@ -39,28 +41,29 @@ def key_of(spec: BindingSpec | None) -> PollerKey | None:
     return PollerKey(rest.url.rstrip("/"), rest.user, rest.api_version) if rest is not None else None
 
 
-class CredentialsMissing(Exception):
-    pass
+def _missing(message: str) -> Problem:
+    return Problem(SlurmReady.CREDENTIALS_MISSING, message)
 
 
 async def read_token(ctx: Context, state: BindingState) -> str:
-    """The Slurm JWT from the admitted spec's Secret (never logged): CredentialsMissing with the fix."""
-    assert state.spec is not None and state.spec.slurm.rest_api is not None
-    ref = state.spec.slurm.rest_api.token_secret_ref
+    """The Slurm JWT from the admitted spec's Secret (never logged): a CredentialsMissing Problem with the fix."""
+    rest = state.admitted_spec.slurm.rest_api
+    assert rest is not None  # only a binding naming a slurmrestd reads its token
+    ref = rest.token_secret_ref
     where = f"Secret {state.namespace}/{ref.name}"
     try:
         value = await ctx.kube.read_secret_key(state.namespace, ref.name, ref.key)
     except k.NotFound:
-        raise CredentialsMissing(f"{where} (spec.slurm.restAPI.tokenSecretRef) not found: create it with a Slurm "
+        raise _missing(f"{where} (spec.slurm.restAPI.tokenSecretRef) not found: create it with a Slurm "
                                  f"JWT under key {ref.key!r}") from None
     except KeyError:
-        raise CredentialsMissing(f"{where} has no key {ref.key!r}: set spec.slurm.restAPI.tokenSecretRef.key or "
+        raise _missing(f"{where} has no key {ref.key!r}: set spec.slurm.restAPI.tokenSecretRef.key or "
                                  "add the key") from None
     except k.Forbidden:
-        raise CredentialsMissing(f"the operator may not read {where}: grant it `get` on secrets in this namespace "
+        raise _missing(f"the operator may not read {where}: grant it `get` on secrets in this namespace "
                                  "(a RoleBinding to the ClusterRole sunk-sandbox-operator-secret-reader)") from None
     if not value.strip():
-        raise CredentialsMissing(f"key {ref.key!r} of {where} is empty: put the Slurm JWT there")
+        raise _missing(f"key {ref.key!r} of {where} is empty: put the Slurm JWT there")
     return value.strip()
 
 
@@ -72,9 +75,9 @@ def wall(ctx: Context) -> float:
 async def observe(ctx: Context, clients, state: BindingState) -> slurm.SlurmObservation | None:
     """The binding's own request, or the error it met (None: no spec.slurm.restAPI)."""
     spec = state.spec
-    rest = spec.slurm.rest_api if spec is not None else None
-    if rest is None:
+    if spec is None or spec.slurm.rest_api is None:
         return None
+    rest = spec.slurm.rest_api
     url, partition = rest.url.rstrip("/"), spec.partition
 
     def fail(kind: str, detail: str) -> slurm.SlurmObservation:
@@ -82,8 +85,8 @@ async def observe(ctx: Context, clients, state: BindingState) -> slurm.SlurmObse
 
     try:
         token = await read_token(ctx, state)
-    except CredentialsMissing as exc:
-        return fail("credentials", str(exc))
+    except Problem as exc:
+        return fail("credentials", exc.message)
     problem = slurm.token_problem(token, rest.user, wall(ctx))
     if problem is not None:
         return fail("token", problem)
@@ -97,8 +100,8 @@ async def observe(ctx: Context, clients, state: BindingState) -> slurm.SlurmObse
             answer = await client.partition(partition, rest.user, again)
         else:
             answer = await client.ping(rest.user, again)
-    except CredentialsMissing as exc:
-        return fail("credentials", str(exc))
+    except Problem as exc:
+        return fail("credentials", exc.message)
     except sr.SlurmNotFound as exc:
         return fail("not_found", str(exc))
     except sr.SlurmAuthFailed as exc:

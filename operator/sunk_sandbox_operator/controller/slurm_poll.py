@@ -33,7 +33,8 @@ from ..adapters import slurmrest as sr
 from ..core import slurm as core
 from ..core.slurm_jobs import JobView
 from . import placement
-from .slurm import CredentialsMissing, PollerKey, key_of, read_token, wall
+from ..core.problems import Problem
+from .slurm import PollerKey, key_of, read_token, wall
 from .state import BindingState, Key
 
 # The controller Context (bindings, config, metrics, sleep, clocks); not imported (see context.py).
@@ -123,7 +124,7 @@ class Poller:
             since = None if full else self.update_time
             jobs = await self.client.jobs(user, token, since)
             parts = await self.client.partitions(user, token, since)
-        except (CredentialsMissing, sr.SlurmAuthFailed):
+        except (Problem, sr.SlurmAuthFailed):  # the Secret gone, or the token refused
             state.slurm.outcome = "refused"  # its reconcile says why; the next poll tries another token
             placement.on_jobs(ctx, state, None, None, None)
             _wake(ctx, state)
@@ -234,13 +235,15 @@ class Pollers:
             if key is not None:
                 want.setdefault(key, {})[state.key] = state
         for key in [k for k in self._pollers if k not in want]:
-            poller = self._pollers.pop(key)
-            if poller.task is not None:
-                poller.task.cancel()
-            poller._publish(None, None)
+            stopped = self._pollers.pop(key)
+            if stopped.task is not None:
+                stopped.task.cancel()
+            stopped._publish(None, None)
         for key, subscribers in want.items():
-            poller = self._pollers.get(key)
-            if poller is None:
+            found = self._pollers.get(key)
+            if found is not None:
+                poller = found
+            else:
                 poller = self._pollers[key] = Poller(self, key, self.client(key.url, key.api_version))
                 poller.task = asyncio.get_running_loop().create_task(poller.run(), name=f"Slurm poller {key.url}")
             gone = [s for k, s in poller.subscribers.items() if subscribers.get(k) is not s]

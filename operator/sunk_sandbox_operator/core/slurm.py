@@ -25,6 +25,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ..api.reasons import SlurmReady
+from .conditions import Status
 
 # Job states after which a job is history (sorted after live ones of the same name).
 FINISHED = frozenset({"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
@@ -209,12 +210,12 @@ class SlurmObservation:
     url: str
     user: str
     partition: str | None        # spec.partition (None: a ping was sent instead)
-    answer: Mapping | None = None  # the partition object (or the ping answer)
+    answer: Mapping[str, Any] | None = None  # the partition object (or the ping answer)
     error: str | None = None     # credentials | token | auth | unreachable | not_found | api
     detail: str = ""
 
 
-def ready_condition(obs: SlurmObservation | None) -> tuple[str, SlurmReady, str]:
+def ready_condition(obs: SlurmObservation | None) -> tuple[Status, SlurmReady, str]:
     """SlurmReady as (status, reason, message); None: spec.slurm.restAPI is not set."""
     if obs is None:
         return "True", SlurmReady.NOT_CONFIGURED, "spec.slurm.restAPI is not set: Slurm is not read"

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from ..api.reasons import PlacementVerified
 from ..api.status import PlacementJobs, StuckJob
+from .conditions import Status
 from .pods import PodRecord
 from .slurm import JobFact, iso
 
@@ -255,7 +256,7 @@ def hint(reason: str) -> str:
     return _HINTS.get(reason, "see `scontrol show job ID` for why Slurm keeps it pending")
 
 
-def jobs_condition(s: JobSummary) -> tuple[str, PlacementVerified, str] | None:
+def jobs_condition(s: JobSummary) -> tuple[Status, PlacementVerified, str] | None:
     """PlacementVerified from the placeholder jobs when they show a problem, else None."""
     if s.stuck is not None:
         pod, f = s.stuck
