@@ -20,16 +20,11 @@ from ..core import policy as pol
 from ..core import ownership as own
 from ..core import policy_decide as decide
 from ..core.compose import Part
-from . import retry
+from . import credentials, retry
 from .context import Context
 from .state import BindingState
 
 COND = "PolicySynced"
-
-
-def _missing(message: str) -> Problem:
-    """The token cannot be read: PolicySynced=False CredentialsMissing, retried with backoff."""
-    return Problem(PolicySynced.CREDENTIALS_MISSING, message)
 
 
 def _status_owned(state: BindingState) -> list[OwnedPath]:
@@ -60,23 +55,9 @@ def _part(state: BindingState, report: decide.PolicyReport) -> Part:
 
 async def read_token(ctx: Context, state: BindingState) -> str:
     """The API token, from the admitted spec's Secret (never logged): a CredentialsMissing Problem with the fix."""
-    ref = state.admitted_spec.runner.token_secret_ref
-    try:
-        value = await ctx.kube.read_secret_key(state.namespace, ref.name, ref.key)
-    except k.NotFound:
-        raise _missing(f"Secret {state.namespace}/{ref.name} not found: create it with the API token "
-                                 f"under key {ref.key!r}") from None
-    except KeyError:
-        raise _missing(f"Secret {state.namespace}/{ref.name} has no key {ref.key!r}: "
-                                 "set spec.runner.tokenSecretRef.key or add the key") from None
-    except k.Forbidden:
-        raise _missing(f"the operator may not read Secret {state.namespace}/{ref.name}: grant it "
-                                 "`get` on secrets in this namespace (a RoleBinding to the ClusterRole "
-                                 "sunk-sandbox-operator-secret-reader)") from None
-    if not value.strip():  # said as such, not as a token the API refused (and nothing is sent)
-        raise _missing(f"key {ref.key!r} of Secret {state.namespace}/{ref.name} is empty: put the API "
-                                 "token there")
-    return value
+    return await credentials.read_token(ctx, state.namespace, state.admitted_spec.runner.token_secret_ref,
+                                        reason=PolicySynced.CREDENTIALS_MISSING,
+                                        field="spec.runner.tokenSecretRef", what="the API token")
 
 
 def client(ctx: Context, state: BindingState) -> rc.RunnerClient:
@@ -178,7 +159,7 @@ async def sync(ctx: Context, state: BindingState, scheduler_name: str | None, *,
     except retry.RetriesExhausted as exc:
         report = decide.conflict_exhausted(exc.attempts)
     except Problem as exc:
-        report = decide.PolicyReport("False", exc.reason, exc.message)  # type: ignore[arg-type]  # only _missing raises here
+        report = decide.PolicyReport("False", exc.reason, exc.message)  # type: ignore[arg-type]  # only the token read raises here
     except rerr.RunnerAPIError as err:
         report = decide.api_error(err.code, err.message)
     except (k.KubeError, OSError) as exc:  # the ownership record: stays on this condition

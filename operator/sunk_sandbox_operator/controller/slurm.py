@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..adapters import kube as k
 from ..adapters import slurmrest as sr
 from ..api.reasons import SlurmReady
 from ..api.spec import BindingSpec
@@ -21,6 +20,7 @@ from ..core import slurm
 from ..core.compose import Part
 from ..core.pods import parse_time
 from ..core.problems import Problem
+from . import credentials
 from .context import Context
 from .state import BindingState
 
@@ -41,30 +41,12 @@ def key_of(spec: BindingSpec | None) -> PollerKey | None:
     return PollerKey(rest.url.rstrip("/"), rest.user, rest.api_version) if rest is not None else None
 
 
-def _missing(message: str) -> Problem:
-    return Problem(SlurmReady.CREDENTIALS_MISSING, message)
-
-
 async def read_token(ctx: Context, state: BindingState) -> str:
     """The Slurm JWT from the admitted spec's Secret (never logged): a CredentialsMissing Problem with the fix."""
     rest = state.admitted_spec.slurm.rest_api
     assert rest is not None  # only a binding naming a slurmrestd reads its token
-    ref = rest.token_secret_ref
-    where = f"Secret {state.namespace}/{ref.name}"
-    try:
-        value = await ctx.kube.read_secret_key(state.namespace, ref.name, ref.key)
-    except k.NotFound:
-        raise _missing(f"{where} (spec.slurm.restAPI.tokenSecretRef) not found: create it with a Slurm "
-                                 f"JWT under key {ref.key!r}") from None
-    except KeyError:
-        raise _missing(f"{where} has no key {ref.key!r}: set spec.slurm.restAPI.tokenSecretRef.key or "
-                                 "add the key") from None
-    except k.Forbidden:
-        raise _missing(f"the operator may not read {where}: grant it `get` on secrets in this namespace "
-                                 "(a RoleBinding to the ClusterRole sunk-sandbox-operator-secret-reader)") from None
-    if not value.strip():
-        raise _missing(f"key {ref.key!r} of {where} is empty: put the Slurm JWT there")
-    return value.strip()
+    return await credentials.read_token(ctx, state.namespace, rest.token_secret_ref, reason=SlurmReady.CREDENTIALS_MISSING,
+                                        field="spec.slurm.restAPI.tokenSecretRef", what="a Slurm JWT")
 
 
 def wall(ctx: Context) -> float:
