@@ -269,6 +269,16 @@ def test_discover_sunk7_args_beats_slurm_conf_and_notes_mismatch() -> None:
     assert any("30 s" in m and "60 s" in m and "equal" in m for m in d.messages)
 
 
+def test_discover_keeps_both_sides_of_the_kill_wait_comparison() -> None:
+    d = discover(spec(), "tenant-slurm", [fx("sunk7_pod")], [fx("slurm_conf_configmap")])
+    assert d.scheduler_kill_wait == (30, "args")
+    assert d.slurm_kill_wait == (60, "slurm.conf in ConfigMap slurm-conf")
+    d = discover(spec(), "tenant-slurm", [fx("sunk7_pod")], [fx("slurm_conf_no_killwait_configmap")])
+    assert d.slurm_kill_wait is not None and d.slurm_kill_wait[0] == 30 and "default" in d.slurm_kill_wait[1]
+    d = discover(spec(), "tenant-slurm", [fx("sunk8_pod")], [fx("sunk8_configmap")])
+    assert d.scheduler_kill_wait is None and d.slurm_kill_wait is None
+
+
 def test_discover_configmap_name_beats_args_and_notes_the_difference() -> None:
     d = discover(spec(), "tenant-slurm", [fx("sunk7_pod")], [fx("sunk8_configmap")])
     assert (d.name, d.name_source) == ("slurm-scheduler", "configMap")

@@ -45,6 +45,10 @@ class Discovery:
     configmap_name: str | None = None
     scope_type: str | None = None
     slurm_configmaps: tuple[str, ...] = ()  # ConfigMaps holding a slurm.conf key (their edits concern us)
+    # Both sides of "the scheduler's kill-wait equals Slurm's KillWait", before one is chosen above:
+    # the scheduler's own (seconds, args | configMap) and Slurm's (seconds, where it was read).
+    scheduler_kill_wait: tuple[int, str] | None = None
+    slurm_kill_wait: tuple[int, str] | None = None
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -172,6 +176,10 @@ def discover(
         ((kw, src) for kw, src in ((args.kill_wait_seconds, "args"), (conf.kill_wait_seconds, "configMap")) if kw is not None),
         None,
     )
+    d.scheduler_kill_wait = scheduler_kw
+    d.slurm_kill_wait = ((slurm_kw, f"slurm.conf in ConfigMap {slurm_cm}") if slurm_kw is not None else
+                         (SLURM_DEFAULT_KILL_WAIT, f"Slurm's default: slurm.conf in ConfigMap {slurm_cm} sets none")
+                         if slurm_default else None)
     if scheduler_kw:
         d.kill_wait_seconds, d.kill_wait_source = scheduler_kw
     elif slurm_kw is not None:
