@@ -158,7 +158,7 @@ def merge_patch(target: Any, patch: Any) -> Any:
 
 
 KINDS = ("namespaces", "pods", "configmaps", "secrets", "deployments", "statefulsets", "applications", "rolebindings", "bindings",
-         "events", "leases", "helmreleases")
+         "events", "leases", "helmreleases", "nodes")
 
 
 class FakeKube:
@@ -291,6 +291,26 @@ class FakeKube:
     async def merge_patch_statefulset(self, namespace: str, name: str, patch: dict) -> dict:
         self._enter("merge_patch_statefulset", namespace, name, copy.deepcopy(patch), namespace=namespace)
         return self._patched("statefulsets", namespace, name, patch)
+
+    async def get_binding(self, namespace: str, name: str) -> dict:
+        self._enter("get_binding", namespace, name, namespace=namespace)
+        return copy.deepcopy(self._find("bindings", namespace, name))
+
+    async def list_namespaces(self) -> list[dict]:
+        self._enter("list_namespaces")
+        return self._items("namespaces")
+
+    async def get_node(self, name: str) -> dict:
+        self._enter("get_node", name)
+        return copy.deepcopy(self._find("nodes", "", name))
+
+    async def list_pods_everywhere(self, label_selector: str | None = None,
+                                   field_selector: str | None = None) -> list[dict]:
+        """Only the field selector the callers use: `spec.nodeName=NAME`."""
+        self._enter("list_pods_everywhere", label_selector, field_selector)
+        node = field_selector.removeprefix("spec.nodeName=") if field_selector else None
+        return [p for p in self._items("pods", None, label_selector)
+                if node is None or (p.get("spec") or {}).get("nodeName") == node]
 
     async def list_bindings(self) -> list[dict]:
         self._enter("list_bindings")

@@ -90,6 +90,27 @@ async def test_reads_send_the_paths_and_selectors(kube, http) -> None:
         ("GET", "/apis/apps/v1/namespaces/slurm/statefulsets", {})]
 
 
+async def test_the_doctors_reads_send_their_paths_and_page_through_long_lists(kube, http) -> None:
+    pages = iter([{"items": [{"n": 1}], "metadata": {"continue": "c1"}}, {"items": [{"n": 2}], "metadata": {}}])
+
+    async def paged(method, path, params=None, body=None, content_type="application/json"):
+        http.calls.append((method, path, dict(params or {}), body, content_type))
+        return next(pages) if path == "/api/v1/pods" else {}
+    http.request = paged
+    assert await kube.list_pods_everywhere("sandbox.coreweave.com/sandbox-id", "spec.nodeName=n1") == [{"n": 1}, {"n": 2}]
+    await kube.get_binding("slurm", "b")
+    await kube.get_node("n1")
+    await kube.list_namespaces()
+    assert [(m, p, q) for m, p, q, _, _ in http.calls] == [
+        ("GET", "/api/v1/pods", {"labelSelector": "sandbox.coreweave.com/sandbox-id", "fieldSelector": "spec.nodeName=n1",
+                                 "limit": "500"}),
+        ("GET", "/api/v1/pods", {"labelSelector": "sandbox.coreweave.com/sandbox-id", "fieldSelector": "spec.nodeName=n1",
+                                 "limit": "500", "continue": "c1"}),
+        ("GET", "/apis/sunksandbox.dev/v1alpha1/namespaces/slurm/sunksandboxbindings/b", {}),
+        ("GET", "/api/v1/nodes/n1", {}),
+        ("GET", "/api/v1/namespaces", {"limit": "500"})]
+
+
 async def test_merge_patches_say_so_and_name_the_field_manager(kube, http) -> None:
     await kube.merge_patch_deployment("slurm", "sched", {"spec": {}})
     await kube.merge_patch_application("argocd", "app", {"metadata": {"resourceVersion": "3"}})

@@ -78,6 +78,11 @@ class KubeAPI(Protocol):
     async def get_application(self, namespace: str, name: str) -> dict[str, Any]: ...
     async def get_helmrelease(self, namespace: str, name: str) -> dict[str, Any]: ...
     async def list_rolebindings(self, label_selector: str) -> list[dict[str, Any]]: ...
+    async def get_binding(self, namespace: str, name: str) -> dict[str, Any]: ...
+    async def list_namespaces(self) -> list[dict[str, Any]]: ...
+    async def get_node(self, name: str) -> dict[str, Any]: ...
+    async def list_pods_everywhere(self, label_selector: str | None = None,
+                                   field_selector: str | None = None) -> list[dict[str, Any]]: ...
 
     # writes (each behind the write gate)
     async def patch_binding_status(self, namespace: str, name: str, status_patch: dict[str, Any]) -> dict[str, Any]: ...
@@ -114,6 +119,7 @@ def ns_path(namespace: str, plural: str, name: str = "", group: str = "", versio
 
 
 OURS = {"fieldManager": keys.FIELD_MANAGER}
+PAGE_SIZE = 500  # items per page of a paginated LIST
 RBAC = "rbac.authorization.k8s.io"
 
 
@@ -135,6 +141,17 @@ class Kube:
 
     async def _items(self, path: str, params: Mapping[str, str] | None = None) -> list[dict]:
         return (await self._get(path, params)).get("items") or []
+
+    async def _pages(self, path: str, params: Mapping[str, str]) -> list[dict]:
+        """Every item of a LIST, PAGE_SIZE at a time (limit / continue): no one answer is unbounded."""
+        out: list[dict] = []
+        token = ""
+        while True:
+            page = await self._get(path, {**params, "limit": str(PAGE_SIZE), **({"continue": token} if token else {})})
+            out.extend(page.get("items") or [])
+            token = (page.get("metadata") or {}).get("continue") or ""
+            if not token:
+                return out
 
     async def _write(self, method: str, path: str, body: Any, *, content_type: str = "application/json",
                      params: Mapping[str, str] | None = None) -> dict:
@@ -207,6 +224,21 @@ class Kube:
 
     async def list_rolebindings(self, label_selector: str) -> list[dict]:
         return await self._items(f"/apis/{RBAC}/v1/rolebindings", {"labelSelector": label_selector})
+
+    async def get_binding(self, namespace: str, name: str) -> dict:
+        return await self._get(ns_path(namespace, keys.PLURAL, name, keys.GROUP, keys.VERSION))
+
+    async def list_namespaces(self) -> list[dict]:
+        return await self._pages("/api/v1/namespaces", {})
+
+    async def get_node(self, name: str) -> dict:
+        return await self._get(f"/api/v1/nodes/{name}")
+
+    async def list_pods_everywhere(self, label_selector: str | None = None,
+                                   field_selector: str | None = None) -> list[dict]:
+        """Pods of every namespace by label and/or field selector (`spec.nodeName=N`), paginated."""
+        params = {k: v for k, v in (("labelSelector", label_selector), ("fieldSelector", field_selector)) if v}
+        return await self._pages("/api/v1/pods", params)
 
     # ------------------------------------------------------------ writes
 
