@@ -288,6 +288,7 @@ def test_discover_configmap_name_beats_args_and_notes_the_difference() -> None:
 def test_discover_spec_name_wins_but_difference_is_noted() -> None:
     d = discover(spec(scheduler={"name": "my-scheduler"}), "tenant-slurm", [fx("sunk8_pod")], [fx("sunk8_configmap")])
     assert (d.name, d.name_source) == ("my-scheduler", "spec")
+    assert d.discovered_name == "slurm-scheduler"
     assert any("my-scheduler" in m and "slurm-scheduler" in m for m in d.messages)
 
 

@@ -34,6 +34,7 @@ class Discovery:
     selector: str  # the pod selector as `kubectl -l` text, for messages
     name: str | None = None
     name_source: str | None = None  # spec | configMap | args
+    discovered_name: str | None = None  # what the scheduler calls itself (configMap, then args), whatever the spec says
     kill_wait_seconds: int | None = None
     kill_wait_source: str | None = None  # args | configMap | slurmConf | spec | slurmConfDefault
     ready_replicas: int = 0
@@ -156,6 +157,7 @@ def discover(
         d.messages.append(
             f"scheduler.conf names the scheduler {conf.name!r} but --scheduler-name is {args.name!r}; using {conf.name!r}"
         )
+    d.discovered_name = discovered[0][0] if discovered else None
     if spec.scheduler.name:
         d.name, d.name_source = spec.scheduler.name, "spec"
         for found, src in discovered[:1]:
