@@ -1,0 +1,247 @@
+"""`doctor`'s reads: the cluster, the runner API and Slurm, into one core.doctor Observation.
+
+Reads only. The Kube it is handed has its write gate shut (`writable` False), so no write can
+leave this process whatever a bug does; SubjectAccessReviews are answered and forgotten by the API
+server (nothing is stored). The runner token is read from its Secret, checked like the operator
+checks it (an empty value is not sent) and sent only to an API URL the operator's settings allow
+(core/tenancy.py), in one GetManagedRunner; it appears in no message. Everything the checks
+decide is in core/doctor.py; nothing here decides a verdict.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..api.keys import SANDBOX_ID_LABEL
+from ..api.spec import BindingSpec
+from ..core import doctor_facts as f
+from ..core import node_room as room
+from ..core import scope as sc
+from ..core import scope_doc, selectors, tenancy
+from ..core.pods import decode_pod
+from ..core.scheduler import discover
+from ..core.scheduler_conf import SCHEDULER_CONF_KEY
+from . import grants, kube as k
+from .quantity import parse_quantity
+from .runnerapi import client as rc
+
+CONCURRENCY = 8
+# A sandbox pod when none is seen and no --sandbox-requests is given: the seed's example requests.
+DEFAULT_SANDBOX_REQUEST = room.Resources(parse_quantity("500m"), parse_quantity("512Mi"))
+
+
+@dataclass(frozen=True)
+class Target:
+    """What to check: a binding's spec, or (prerequisites) one the flags make up."""
+
+    spec: BindingSpec
+    namespace: str                            # the binding's (prerequisites: the scheduler's)
+    binding: str | None = None                # namespace/name; None: prerequisites
+    token: tuple[str, str, str] | None = None  # (namespace, name, key) of the runner token; None: no runner check
+    nodesets: tuple[str, ...] = ()            # only these NodeSets (empty: every one found)
+    sandbox_request: room.Resources | None = None  # what a sandbox pod needs (None: the largest seen)
+
+
+RunnerFactory = Callable[[str, Callable[[], Awaitable[str]]], Any]
+
+
+def runner_client(url: str, token: Callable[[], Awaitable[str]]) -> rc.RunnerClient:
+    """One attempt and a retry, a short timeout: the doctor is run by a person waiting for it."""
+    return rc.RunnerClient(url, token, timeout=10.0, max_retries=1, backoff_max=1.0)
+
+
+async def _bounded(calls: list[Awaitable[Any]]) -> list[Any]:
+    sem = asyncio.Semaphore(CONCURRENCY)
+
+    async def one(c: Awaitable[Any]) -> Any:
+        async with sem:
+            return await c
+    return await asyncio.gather(*(one(c) for c in calls), return_exceptions=True)
+
+
+def _denied(what: str, exc: Exception) -> str:
+    return f"these credentials may not {what}: {exc}"
+
+
+async def _scheduler(kube: k.KubeAPI, t: Target) -> tuple[Any, list[dict], str | None]:
+    """Discovery over the scheduler namespace's pods and ConfigMaps (and those ConfigMaps)."""
+    ns = t.spec.scheduler_namespace(t.namespace)
+    pod_selector = t.spec.scheduler.pod_selector
+    text = selectors.to_label_selector_string(pod_selector)
+    try:
+        pods = await kube.list_pods(ns, text or None)
+        cms = await kube.list_configmaps(ns)
+    except k.Forbidden as exc:
+        return discover(t.spec, t.namespace, [], []), [], _denied(f"list pods and ConfigMaps in {ns}", exc)
+    if text is None:  # not expressible server-side: filter here
+        pods = [p for p in pods if selectors.matches(pod_selector, (p.get("metadata") or {}).get("labels"))]
+    return discover(t.spec, t.namespace, pods, cms), cms, None
+
+
+def _scope(t: Target, d: Any, cms: list[dict]) -> f.Scope | None:
+    """The watched list in the scheduler's own scheduler.conf (what it runs with, whoever renders it)."""
+    if not d.configmap_name:
+        return None
+    target = t.spec.scope.target
+    key, path = ((target.config_map.key, target.config_map.path) if target.kind == "SchedulerConfigMap"
+                 else (SCHEDULER_CONF_KEY, "scheduler.scope.namespaces"))
+    cm = next(c for c in cms if (c.get("metadata") or {}).get("name") == d.configmap_name)
+    where = f"{key} of ConfigMap {d.namespace}/{d.configmap_name}"
+    text = (cm.get("data") or {}).get(key)
+    if not isinstance(text, str):
+        return f.Scope(where, None, None, f"no key {key}")
+    read = scope_doc.read_list(text, path)
+    return f.Scope(where, read.scope_type, tuple(read.values) if read.values is not None else None, read.error)
+
+
+def _fold_pods(pods: list[dict]) -> f.SandboxPods:
+    graces: Counter[int] = Counter()
+    example: dict[int, str] = {}
+    largest: room.Resources | None = None
+    for pod in pods:
+        rec = decode_pod(pod, parse_quantity)
+        graces[rec.grace] += 1
+        example.setdefault(rec.grace, rec.ref)
+        need = room.pod_requests(pod, parse_quantity)
+        largest = need if largest is None else largest.largest(need)
+    return f.SandboxPods(len(pods), dict(graces), example, largest)
+
+
+async def _sandbox(kube: k.KubeAPI, t: Target, policy: tenancy.TenancyPolicy
+                   ) -> tuple[frozenset[str], str, list[dict], str | None]:
+    """The sandbox namespaces, how they were found, and the sandbox pods in them."""
+    try:
+        pods = await kube.list_pods_everywhere(SANDBOX_ID_LABEL)
+    except k.Forbidden as exc:
+        return frozenset(), "sandbox namespaces", [], _denied("list pods in every namespace", exc)
+    sn = t.spec.sandbox_namespaces
+    if not t.binding and not sn.names and sn.selector is None:  # prerequisites, nothing named: where pods are
+        return (frozenset(str((p.get("metadata") or {}).get("namespace") or "") for p in pods),
+                "sandbox namespaces (holding sandbox pods)", pods, None)
+    try:
+        infos = [sc.NamespaceInfo.from_object(o) for o in await kube.list_namespaces()]
+    except k.Forbidden as exc:
+        return frozenset(), "sandbox namespaces", [], _denied("list namespaces", exc)
+    matcher = sc.compile_matcher(sn, policy.system, bound=policy.namespace_bound,
+                                 own=t.namespace if t.binding else None)
+    matched = sc.sandbox_namespaces(matcher, infos)
+    how = ("sandbox namespaces (spec.sandboxNamespaces)" if t.binding
+           else "sandbox namespaces (--sandbox-namespaces / --sandbox-selector)")
+    return frozenset(matched), how, [p for p in pods if (p.get("metadata") or {}).get("namespace") in matched], None
+
+
+async def _access(kube: k.KubeAPI, d: Any, namespaces: frozenset[str]) -> f.Access | None:
+    if not d.pods_found:
+        return None
+    sa = (d.namespace, d.service_account)
+    who = f"ServiceAccount {sa[0]}/{sa[1]}"
+    (everywhere,) = await grants.scheduler_permitted(kube, sa, [""])
+    if isinstance(everywhere, Exception):
+        return f.Access(who, None, error=_denied("create SubjectAccessReviews", everywhere))
+    if everywhere:
+        return f.Access(who, True)
+    todo = sorted(namespaces)
+    answers = await grants.scheduler_permitted(kube, sa, todo)
+    errors = [a for a in answers if isinstance(a, Exception)]
+    if errors:
+        return f.Access(who, False, error=_denied("create SubjectAccessReviews", errors[0]))
+    return f.Access(who, False, tuple(ns for ns, ok in zip(todo, answers) if ok is not True))
+
+
+def _is_sandbox(pod: Any) -> bool:
+    return SANDBOX_ID_LABEL in ((pod.get("metadata") or {}).get("labels") or {})
+
+
+async def _node_room(kube: k.KubeAPI, name: str) -> room.NodeRoom:
+    node, error = None, None
+    try:
+        node = await kube.get_node(name)
+    except (k.NotFound, k.Forbidden) as exc:
+        error = f"Node {name}: {exc}"
+    try:
+        pods = await kube.list_pods_everywhere(field_selector=f"spec.nodeName={name}")
+    except k.Forbidden as exc:
+        pods, error = [], error or _denied(f"list pods on Node {name}", exc)
+    return room.node_room(name, node, pods, parse_quantity, is_sandbox=_is_sandbox, error=error)
+
+
+async def _nodes(kube: k.KubeAPI, t: Target) -> tuple[tuple[room.NodeRoom, ...], int, str | None]:
+    """The Nodes of the shared NodeSets' slurmd pods (in the scheduler's namespace, where SUNK runs them)."""
+    ns = t.spec.scheduler_namespace(t.namespace)
+    try:
+        pods = [p for p in await kube.list_pods(ns, None) if room.is_slurmd(p)]
+    except k.Forbidden as exc:
+        return (), 0, _denied(f"list pods in {ns}", exc)
+    if t.nodesets:
+        pods = [p for p in pods if room.nodeset_of(p) in t.nodesets]
+    nodes = sorted({room.node_of(p) for p in pods} - {""})
+    found = await _bounded([_node_room(kube, n) for n in nodes])
+    rooms = [r for r in found if isinstance(r, room.NodeRoom)]
+    failed = next((r for r in found if isinstance(r, Exception)), None)
+    return tuple(rooms), len(pods), str(failed) if failed is not None else None
+
+
+async def _runner(kube: k.KubeAPI, t: Target, policy: tenancy.TenancyPolicy, make: RunnerFactory) -> f.Runner | None:
+    if t.token is None:
+        return None
+    ns, name, key = t.token
+    url, runner_id = t.spec.runner.api_url, t.spec.runner.id
+    where = f"Secret {ns}/{name} key {key}"
+
+    def runner(outcome: str, message: str = "", code: str = "", policy_: Any = None, etag: str = "") -> f.Runner:
+        return f.Runner(runner_id, url, where, outcome, code, message, policy_, etag)
+
+    if not tenancy.url_allowed(url, policy):
+        return runner("not_allowed", f"{url} is not an API URL the operator allows (allowed: "
+                      f"{', '.join(policy.allowed_api_urls)}; --allowed-api-url / SSB_ALLOWED_API_URLS)")
+    try:
+        value = (await kube.read_secret_key(ns, name, key)).strip()
+    except k.NotFound:
+        return runner("credentials", f"Secret {ns}/{name} not found")
+    except KeyError:
+        return runner("credentials", f"Secret {ns}/{name} has no key {key!r}")
+    except k.Forbidden as exc:
+        return runner("credentials", _denied(f"read Secret {ns}/{name}", exc))
+    if not value:
+        return runner("credentials", f"key {key!r} of Secret {ns}/{name} is empty")
+
+    async def token() -> str:
+        return value
+    client = make(url, token)
+    try:
+        got = await client.get_managed_runner(runner_id)
+    except rc.RunnerAPIError as exc:
+        return runner("error", exc.message, exc.code)
+    finally:
+        await client.aclose()
+    return runner("ok", policy_=got.policy, etag=got.etag)
+
+
+async def gather(kube: k.KubeAPI, t: Target, policy: tenancy.TenancyPolicy, *,
+                 make_runner: RunnerFactory = runner_client) -> f.Observation:
+    kube.writable = lambda: False  # reads only: every write of Kube checks this gate first
+    spec = t.spec
+    violations = tuple(v.text() for v in tenancy.violations(spec, t.namespace, policy)) if t.binding else ()
+    d, cms, sched_error = await _scheduler(kube, t)
+    names, how, pods, pods_error = await _sandbox(kube, t, policy)
+    folded = _fold_pods(pods)
+    access = await _access(kube, d, names) if sched_error is None else None
+    nodes, slurmd, nodes_error = await _nodes(kube, t)
+    if t.sandbox_request is not None:
+        need, need_how = t.sandbox_request, "--sandbox-requests"
+    elif folded.largest is not None:
+        need, need_how = folded.largest, f"the largest requests of the {folded.count} sandbox pod(s) seen"
+    else:
+        need, need_how = DEFAULT_SANDBOX_REQUEST, "no sandbox pod seen: the runbook's example requests"
+    return f.Observation(
+        binding=t.binding, scheduler_namespace=d.namespace, discovery=d, scheduler_error=sched_error,
+        violations=violations, scope=_scope(t, d, cms) if sched_error is None else None,
+        sandbox_namespaces=names, sandbox_how=how, pods=folded, pods_error=pods_error,
+        expected_grace=spec.expected_grace_period_seconds, access=access, nodes=nodes, slurmd_pods=slurmd,
+        nodes_error=nodes_error, sandbox_request=need, sandbox_request_how=need_how,
+        client_annotations=tuple(spec.client_annotations),
+        runner=await _runner(kube, t, policy, make_runner), partition=spec.partition, slurm=None)

@@ -1,0 +1,158 @@
+"""adapters/doctor.py over the in-memory Kubernetes (FakeKube) and a fake runner: what it reads
+becomes the observation core/doctor.py checks; it writes nothing, and the token goes only where
+the operator's settings allow."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import pytest
+
+from sunk_sandbox_operator.adapters import doctor as gather
+from sunk_sandbox_operator.adapters import kube as k
+from sunk_sandbox_operator.api.spec import parse_spec
+from sunk_sandbox_operator.core import doctor
+from sunk_sandbox_operator.core.tenancy import TenancyPolicy
+
+from tests.unit.fakes import FakeKube, FakeRunner
+
+NS = "tenant-slurm"
+TOKEN = "tok-doctor-unit-secret"
+SCHED = {"app.kubernetes.io/name": "sunk-scheduler"}
+
+
+def pod(ns: str, name: str, *, labels: dict | None = None, node: str = "", containers: list | None = None,
+        grace: int | None = None, ready: bool = True, owner: str | None = None) -> dict:
+    spec: dict[str, Any] = {"containers": containers or [{"name": "main"}]}
+    if node:
+        spec["nodeName"] = node
+    if grace is not None:
+        spec["terminationGracePeriodSeconds"] = grace
+    meta: dict[str, Any] = {"name": name, "namespace": ns, "labels": labels or {}}
+    if owner:
+        meta["ownerReferences"] = [{"apiVersion": "sunk.coreweave.com/v1alpha1", "kind": "NodeSet", "name": owner,
+                                    "uid": "u", "controller": True}]
+    return {"metadata": meta, "spec": spec,
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+
+
+def requests(cpu: str, memory: str, name: str = "main") -> dict:
+    return {"name": name, "resources": {"requests": {"cpu": cpu, "memory": memory}}}
+
+
+def cluster(*, slurmd_cpu: str = "8", kill_wait: str = "60s") -> FakeKube:
+    kube = FakeKube()
+    for ns in (NS, "ds-alice", "ds-bob", "other"):
+        kube.add("namespaces", {"metadata": {"name": ns}})
+    kube.add("configmaps", {"metadata": {"name": "slurm-scheduler-config", "namespace": NS,
+                                         "labels": {"app.kubernetes.io/component": "scheduler"}},
+                            "data": {"scheduler.conf": "scheduler:\n  name: slurm-scheduler\n  scope:\n    type: namespace\n"
+                                     "    namespaces: [tenant-slurm, ds-alice, ds-bob]\n"}})
+    kube.add("configmaps", {"metadata": {"name": "slurm-conf", "namespace": NS}, "data": {"slurm.conf": "KillWait=60\n"}})
+    sched = pod(NS, "slurm-scheduler-0", labels=SCHED,
+                containers=[{"name": "scheduler", "args": [f"--slurm-kill-wait={kill_wait}"]}])
+    sched["spec"]["serviceAccountName"] = "slurm-scheduler"
+    kube.add("pods", sched)
+    kube.add("pods", pod(NS, "cpu-1", node="n1", owner="cpu", containers=[requests(slurmd_cpu, "32Gi", "slurmd")]))
+    kube.add("nodes", {"metadata": {"name": "n1"}, "status": {"allocatable": {"cpu": "16", "memory": "64Gi"}}})
+    sandbox = {"sandbox.coreweave.com/sandbox-id": "sbx1"}
+    kube.add("pods", pod("ds-alice", "sbx1", labels=sandbox, node="n1", grace=30,
+                         containers=[requests("500m", "512Mi")]))
+    kube.add("secrets", {"metadata": {"name": "coreweave-api", "namespace": NS},
+                         "data": {"token": base64.b64encode(TOKEN.encode()).decode()}})
+    return kube
+
+
+def prerequisites(**over: Any) -> gather.Target:
+    raw: dict[str, Any] = {"runner": {"id": "r", "tokenSecretRef": {"name": "none"}}, "scheduler": {"namespace": NS},
+                           "sandboxNamespaces": {"names": []}, "partition": "sandboxes"}
+    raw.update(over)
+    return gather.Target(parse_spec(raw), NS, None, (NS, "coreweave-api", "token"))
+
+
+class Runners:
+    """The runner-client factory: records which URL got a token, answers with a FakeRunner."""
+
+    def __init__(self, policy: dict | None = None) -> None:
+        self.sent: list[tuple[str, str]] = []
+        self.runner = FakeRunner(policy or {"base": {"spec": {"schedulerName": "slurm-scheduler"}}})
+
+    def __call__(self, url: str, token: Any) -> Any:
+        outer = self
+
+        class Client:
+            async def get_managed_runner(self, runner_id: str) -> Any:
+                outer.sent.append((url, await token()))
+                return await outer.runner.get_managed_runner(runner_id)
+
+            async def aclose(self) -> None:
+                pass
+        return Client()
+
+
+async def test_a_healthy_cluster_reads_as_every_check_passing_and_nothing_is_written() -> None:
+    kube, runners = cluster(), Runners()
+    obs = await gather.gather(kube, prerequisites(), TenancyPolicy(), make_runner=runners)
+    results = {r.id: r for r in doctor.evaluate(obs)}
+    assert {i: r.ok for i, r in results.items()} == {i: (None if i == "partition" else True) for i in results}, \
+        [r for r in results.values() if r.ok is False]
+    assert obs.sandbox_namespaces == frozenset({"ds-alice"})  # the namespace holding a sandbox pod
+    assert "500m CPU, 512Mi memory" in results["slurmd-room"].detail
+    assert runners.sent == [("https://api.coreweave.com", TOKEN)]
+    assert TOKEN not in repr(obs)
+    with pytest.raises(k.NotLeader):  # the gate is shut: a write would not leave the process
+        kube.check_writable()
+    writes = {"patch_binding_status", "replace_configmap", "create_configmap", "delete_configmap", "create_event",
+              "merge_patch_deployment", "merge_patch_statefulset", "merge_patch_application", "create_rolebinding",
+              "delete_rolebinding", "create_lease", "replace_lease"}
+    assert not [c for c in kube.calls if c[0] in writes]
+
+
+async def test_a_url_the_operator_does_not_allow_never_gets_the_token() -> None:
+    runners = Runners()
+    obs = await gather.gather(cluster(), prerequisites(runner={"id": "r", "apiURL": "https://evil.example.com",
+                                                               "tokenSecretRef": {"name": "none"}}),
+                              TenancyPolicy(), make_runner=runners)
+    assert obs.runner is not None and obs.runner.outcome == "not_allowed"
+    assert runners.sent == []
+
+
+async def test_a_binding_is_judged_by_the_operators_settings_and_its_own_namespaces() -> None:
+    kube = cluster()
+    spec = parse_spec({"runner": {"id": "r", "apiURL": "http://10.0.0.1:8080", "tokenSecretRef": {"name": "coreweave-api"}},
+                       "sandboxNamespaces": {"names": ["ds-*"]}})
+    runners = Runners()
+    obs = await gather.gather(kube, gather.Target(spec, NS, f"{NS}/b", (NS, "coreweave-api", "token")),
+                              TenancyPolicy(), make_runner=runners)
+    assert obs.sandbox_namespaces == frozenset({"ds-alice", "ds-bob"})
+    assert any("spec.runner.apiURL" in v for v in obs.violations)
+    assert runners.sent == []
+
+
+async def test_broken_reads_become_failing_checks() -> None:
+    kube = cluster(slurmd_cpu="15800m", kill_wait="30s")
+    kube.access = lambda sa, verb, resource, ns: ns == "ds-bob"  # not cluster-wide, not in ds-alice
+    kube.store["secrets"].clear()
+    obs = await gather.gather(kube, prerequisites(), TenancyPolicy(), make_runner=Runners())
+    results = {r.id: r for r in doctor.evaluate(obs)}
+    assert results["kill-wait-matches"].ok is False
+    assert results["scheduler-rbac"].ok is False and "ds-alice" in results["scheduler-rbac"].detail
+    assert results["slurmd-room"].ok is False and "n1" in results["slurmd-room"].detail
+    assert results["runner-token"].ok is False and "not found" in results["runner-token"].detail
+
+
+async def test_forbidden_reads_say_what_was_denied() -> None:
+    kube = cluster()
+    kube.deny("list_configmaps", NS)
+    results = {r.id: r for r in doctor.evaluate(await gather.gather(kube, prerequisites(), TenancyPolicy(),
+                                                                    make_runner=Runners()))}
+    assert results["scheduler-running"].ok is False
+    assert "may not list pods and ConfigMaps in tenant-slurm" in results["scheduler-running"].detail
+    kube = cluster()
+    kube.deny("list_pods_everywhere")
+    results = {r.id: r for r in doctor.evaluate(await gather.gather(kube, prerequisites(), TenancyPolicy(),
+                                                                    make_runner=Runners()))}
+    for check in ("grace", "scope"):
+        assert results[check].ok is False and "may not list pods in every namespace" in results[check].detail
+    assert results["slurmd-room"].ok is False and "may not list pods on Node n1" in results["slurmd-room"].detail
