@@ -1,4 +1,4 @@
-"""Command line: run | runner-api-emulator | render-policy | crd (the local tools live in sunk_sandbox_devtools)."""
+"""Command line: run | doctor | runner-api-emulator | render-policy | crd (the local tools live in sunk_sandbox_devtools)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ USAGE = """sunk-sandbox-operator COMMAND [ARGS]
 
 commands:
   run                  run the operator (kopf, cluster-wide)
+  doctor               check the runbook against the current cluster: doctor [NAMESPACE/NAME] [-o json]
+                       (also `kubectl ssb doctor`; reads only; exit 1 when a check fails)
   runner-api-emulator  serve the CoreWeave runner API emulator (local tests, demos, dry runs)
   render-policy        print the runner policy the operator would write for a binding
   crd                  print the CustomResourceDefinition rendered from the models
@@ -147,6 +149,9 @@ def main(argv: list[str] | None = None) -> int:
     command, rest = argv[0], argv[1:]
     if command == "run":
         return _run(rest)
+    if command == "doctor":
+        from . import doctor
+        return doctor.main(rest)
     if command == "runner-api-emulator":
         from .adapters.runnerapi import emulator
         return emulator.main(rest)

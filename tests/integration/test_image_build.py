@@ -105,3 +105,19 @@ def test_builder_install_step_produces_a_working_venv(builder, final, tmp_path):
         assert "run" in helped.stdout
     else:
         pytest.fail("operator/sunk_sandbox_operator/__main__.py (the console script's main) is missing")
+
+    # The doctor ships in the image too (and as the kubectl plugin): with the runtime dependencies
+    # alone it imports everything it uses and reaches the point of asking the API server, which is
+    # not there (exit 2, one line, no traceback).
+    dead = tmp_path / "dead.kubeconfig"
+    dead.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1", "insecure-skip-tls-verify": True}}],
+        "users": [{"name": "u", "user": {"token": "x"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
+    for argv in ([entry, "doctor"], [str(Path(entry).with_name("kubectl-ssb")), "doctor", "-o", "json"]):
+        done = subprocess.run(argv, cwd=tmp_path, env={"PATH": env["PATH"], "HOME": str(tmp_path),
+                                                      "KUBECONFIG": str(dead)},
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2 and "cannot read the cluster" in done.stderr, (argv, done.stdout, done.stderr)
+        assert "Traceback" not in done.stderr, done.stderr

@@ -1,0 +1,233 @@
+"""`doctor` (also `kubectl ssb doctor`): the seed runbook's checks against the current cluster.
+
+    sunk-sandbox-operator doctor [NAMESPACE/NAME] [-o text|json] [flags]
+
+With a binding, everything comes from its spec, under the tenancy rules the operator applies
+(its token goes only to an API URL the operator's settings allow: `--allowed-api-url` and the
+other `run` settings, or their SSB_* variables). Without one, the prerequisites, from flags.
+Credentials: KUBECONFIG (or in-cluster), as the operator loads them. Reads only. One line per
+check (✓, ✗ with the fix, - not applicable); exit 1 when a check fails, 2 on bad usage. The parts:
+adapters/doctor.py gathers, core/doctor.py checks, this module parses flags and prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from typing import Any
+
+from pydantic import ValidationError
+
+PROG = "sunk-sandbox-operator doctor"
+MARKS = {True: "✓", False: "✗", None: "-"}
+PREREQUISITE_FLAGS = ("scheduler_namespace", "scheduler_selector", "scheduler_name", "kill_wait_seconds", "runner_id",
+                      "api_url", "token_secret", "partition", "sandbox_namespaces", "sandbox_selector", "expected_grace",
+                      "client_annotation")
+
+
+def _parser(prog: str = PROG) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description="Check the SUNK sandbox runbook against the current cluster "
+                                "(reads only). Exit 1 when a check fails.")
+    p.add_argument("binding", nargs="?", metavar="NAMESPACE/NAME",
+                   help="check this SunkSandboxBinding (everything from its spec); without it, the prerequisites")
+    p.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    pre = p.add_argument_group("prerequisites (no binding yet)")
+    pre.add_argument("--scheduler-namespace", default=None, help="the Slurm namespace the scheduler (and the "
+                     "NodeSets' slurmd pods) run in (default tenant-slurm)")
+    pre.add_argument("--scheduler-selector", default=None, metavar="SELECTOR",
+                     help="the scheduler's pods (default app.kubernetes.io/name=sunk-scheduler)")
+    pre.add_argument("--scheduler-name", default=None, help="the name sandbox pods will carry (default: discovered)")
+    pre.add_argument("--kill-wait-seconds", type=int, default=None, help="Slurm's KillWait, when not discoverable")
+    pre.add_argument("--runner-id", default=None)
+    pre.add_argument("--api-url", default=None, help="runner API base URL (default https://api.coreweave.com)")
+    pre.add_argument("--token-secret", default=None, metavar="NS/NAME[:KEY]", help="the Secret holding the API "
+                     "token (key default: token)")
+    pre.add_argument("--partition", default=None, help="the Slurm partition sandboxes will be pinned to")
+    pre.add_argument("--sandbox-namespaces", action="append", default=None, metavar="GLOB[,GLOB]",
+                     help="sandbox namespaces by name (default: the namespaces holding sandbox pods)")
+    pre.add_argument("--sandbox-selector", default=None, metavar="SELECTOR", help="sandbox namespaces by label (with or instead of --sandbox-namespaces)")
+    pre.add_argument("--expected-grace", type=int, default=None, metavar="SECONDS",
+                     help="terminationGracePeriodSeconds sandbox pods use (default 30; 300 with snapshot storage)")
+    pre.add_argument("--client-annotation", action="append", default=None, metavar="KEY",
+                     help="an annotation clients must stay free to set (policy check)")
+    both = p.add_argument_group("either mode")
+    both.add_argument("--nodeset", action="append", default=[], metavar="NAME",
+                      help="a NodeSet shared with sandboxes (repeatable; default: every NodeSet found)")
+    both.add_argument("--sandbox-requests", default=None, metavar="cpu=500m,memory=512Mi",
+                      help="what a sandbox pod requests (default: the largest requests among the sandbox pods seen)")
+    ops = p.add_argument_group("the operator's settings (as for `run`; default: its SSB_* environment variables)")
+    ops.add_argument("--allowed-api-url", action="append", default=None, metavar="URL")
+    ops.add_argument("--allow-reach", action="append", default=None, metavar="NS=TARGETS")
+    ops.add_argument("--sandbox-namespace-selector", default=None, metavar="SELECTOR")
+    return p
+
+
+def _secret_ref(text: str, parser: argparse.ArgumentParser, flag: str) -> tuple[str, str, str]:
+    ref, _, key = text.partition(":")
+    ns, sep, name = ref.partition("/")
+    if not sep or not ns or not name:
+        parser.error(f"{flag}: expected NAMESPACE/NAME[:KEY], got {text!r}")
+    return ns, name, key or "token"
+
+
+def _selector(text: str, parser: argparse.ArgumentParser, flag: str) -> dict[str, Any]:
+    from .core import selectors
+
+    parsed = selectors.parse_selector_string(text)
+    if parsed.error:
+        parser.error(f"{flag}: {parsed.error}")
+    return {"matchExpressions": [{"key": r.key, "operator": r.operator, "values": list(r.values)}
+                                 for r in parsed.requirements]}
+
+
+def _requests(text: str, parser: argparse.ArgumentParser) -> Any:
+    from .adapters.quantity import parse_quantity
+    from .core.node_room import Resources
+
+    values: dict[str, Any] = {}
+    for part in filter(None, (x.strip() for x in text.split(","))):
+        key, sep, value = part.partition("=")
+        try:
+            values[key] = parse_quantity(value) if sep and key in ("cpu", "memory") else None
+        except ValueError:
+            values[key] = None
+        if values[key] is None:
+            parser.error(f"--sandbox-requests: {part!r} is not cpu=QUANTITY or memory=QUANTITY")
+    return Resources(values.get("cpu", 0), values.get("memory", 0))
+
+
+def _prerequisites(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[dict[str, Any], Any]:
+    """A spec made of the flags, and where the token is."""
+    scheduler: dict[str, Any] = {"namespace": args.scheduler_namespace or "tenant-slurm"}
+    if args.scheduler_selector:
+        scheduler["podSelector"] = _selector(args.scheduler_selector, parser, "--scheduler-selector")
+    if args.scheduler_name:
+        scheduler["name"] = args.scheduler_name
+    if args.kill_wait_seconds is not None:
+        scheduler["killWaitSeconds"] = args.kill_wait_seconds
+    globs = [g.strip() for x in args.sandbox_namespaces or [] for g in x.split(",") if g.strip()]
+    sandbox: dict[str, Any] = {"names": globs}
+    if args.sandbox_selector:
+        sandbox["selector"] = _selector(args.sandbox_selector, parser, "--sandbox-selector")
+    token = _secret_ref(args.token_secret, parser, "--token-secret") if args.token_secret else None
+    if (args.runner_id is None) != (token is None):
+        parser.error("--runner-id and --token-secret go together")
+    spec: dict[str, Any] = {"runner": {"id": args.runner_id or "none", "tokenSecretRef": {"name": "none"}},
+                            "scheduler": scheduler, "sandboxNamespaces": sandbox,
+                            "clientAnnotations": args.client_annotation or []}
+    for field, value in (("partition", args.partition), ("expectedGracePeriodSeconds", args.expected_grace)):
+        if value is not None:
+            spec[field] = value
+    if args.api_url:
+        spec["runner"]["apiURL"] = args.api_url
+    return spec, token
+
+
+def _settings(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Any:
+    """The operator's tenancy settings: the `run` flags given here, else its SSB_* variables."""
+    if args.allowed_api_url:
+        os.environ["SSB_ALLOWED_API_URLS"] = ",".join(args.allowed_api_url)
+    if args.allow_reach:
+        os.environ["SSB_ALLOWED_REACH"] = ";".join(args.allow_reach)
+    if args.sandbox_namespace_selector is not None:
+        os.environ["SSB_SANDBOX_NAMESPACE_SELECTOR"] = args.sandbox_namespace_selector
+    from .controller import config
+    from .core.tenancy import check_allowed_urls
+
+    cfg = config.load()
+    bad = check_allowed_urls(u.removesuffix(":*") for u in cfg.allowed_api_urls)
+    if bad:
+        parser.error("--allowed-api-url / SSB_ALLOWED_API_URLS: " + "; ".join(bad))
+    try:
+        return cfg.tenancy()
+    except ValueError as exc:
+        parser.error(str(exc))
+
+
+async def _observe(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Any:
+    from .adapters import doctor as gather
+    from .adapters import kube as k
+    from .adapters.kubehttp import KubeHTTP
+    from .api.spec import parse_spec
+    from .render import format_validation_error
+
+    tenancy = _settings(args, parser)
+    need = _requests(args.sandbox_requests, parser) if args.sandbox_requests else None
+    http = KubeHTTP(k.load_configuration())
+    kube = k.Kube(http)
+    try:
+        if args.binding:
+            ns, sep, name = args.binding.partition("/")
+            if not sep or not ns or not name:
+                parser.error(f"expected NAMESPACE/NAME, got {args.binding!r}")
+            try:
+                body = await kube.get_binding(ns, name)
+            except (k.NotFound, k.Forbidden) as exc:
+                parser.error(f"binding {args.binding}: {exc}")
+            try:
+                spec = parse_spec(body.get("spec") or {})
+            except ValidationError as exc:
+                parser.error(f"binding {args.binding}: invalid spec: {format_validation_error(exc)}")
+            ref = spec.runner.token_secret_ref
+            target = gather.Target(spec, ns, args.binding, (ns, ref.name, ref.key), tuple(args.nodeset), need)
+        else:
+            raw, token = _prerequisites(args, parser)
+            try:
+                spec = parse_spec(raw)
+            except ValidationError as exc:
+                parser.error(format_validation_error(exc, root="flags"))
+            target = gather.Target(spec, spec.scheduler.namespace, None, token, tuple(args.nodeset), need)
+        return await gather.gather(kube, target, tenancy)
+    finally:
+        await http.close()
+
+
+def _line(r: Any) -> str:
+    text = f"{MARKS[r.ok]} {r.name}: {r.detail}"
+    return text + (f" — fix: {r.fix}" if r.ok is False and r.fix else "")
+
+
+def main(argv: list[str] | None = None, prog: str = PROG) -> int:
+    parser = _parser(prog)
+    args = parser.parse_args(argv)
+    if args.binding:
+        given = [f"--{f.replace('_', '-')}" for f in PREREQUISITE_FLAGS if getattr(args, f) is not None]
+        if given:
+            parser.error(f"{', '.join(given)}: a binding's checks take everything from its spec")
+    from kubernetes.config import ConfigException
+
+    from .adapters.kube import KubeError
+    from .core import doctor
+
+    try:
+        obs = asyncio.run(_observe(args, parser))
+    except (KubeError, ConfigException) as exc:  # no kubeconfig, an API server that does not answer
+        print(f"{parser.prog}: cannot read the cluster: {exc}", file=sys.stderr)
+        return 2
+    results = doctor.evaluate(obs)
+    bad = doctor.failed(results)
+    if args.output == "json":
+        print(json.dumps({"binding": obs.binding, "schedulerNamespace": obs.scheduler_namespace, "ok": not bad,
+                          "checks": [{"id": r.id, "name": r.name, "ok": r.ok, "detail": r.detail, "fix": r.fix}
+                                     for r in results]}, indent=2))
+    else:
+        what = f"binding {obs.binding}" if obs.binding else "prerequisites (no binding)"
+        print(f"sunk-sandbox-operator doctor: {what}; scheduler namespace {obs.scheduler_namespace}")
+        for r in results:
+            print(_line(r))
+        failures = sum(r.ok is False for r in results)
+        print(f"{failures} check(s) failed" if failures else "every check passed")
+    return 1 if bad else 0
+
+
+def kubectl_plugin() -> int:
+    """`kubectl ssb doctor ...`: kubectl runs `kubectl-ssb doctor ...` from PATH."""
+    argv = sys.argv[1:]
+    if argv[:1] != ["doctor"]:
+        print("usage: kubectl ssb doctor [NAMESPACE/NAME] [-o json] [flags]   (kubectl ssb doctor --help)",
+              file=sys.stderr)
+        return 0 if argv[:1] in (["-h"], ["--help"], []) else 2
+    return main(argv[1:], prog="kubectl ssb doctor")
