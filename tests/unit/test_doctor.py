@@ -115,6 +115,10 @@ BROKEN: list[tuple[str, Callable[[Observation], Observation], str, str]] = [
      "(allocatable 16 CPU, 64Gi memory; slurmd 15800m CPU, 63Gi memory; other pods 100m CPU, 256Mi memory; left 100m "
      "CPU, 768Mi memory)", "lower the slurmd container's resource requests"),
     ("slurmd-room", _with(slurmd_pods=0, nodes=()), "no slurmd pod", "--scheduler-namespace"),
+    ("slurmd-room", _with(slurmd_pods=0, nodes=(), nodeset_filter=("gpu",)), "no slurmd pod of NodeSet(s) gpu",
+     "--nodeset"),
+    ("slurmd-room", _with(nodes=(NodeRoom("cpu-3", ("cpu",), None, Resources(), Resources(), "Node cpu-3: forbidden"),)),
+     "cpu-3: Node cpu-3: forbidden", "slurmd"),
     ("runner-token", _runner(outcome="error", code="unauthenticated", message="missing or invalid bearer token"),
      "unauthenticated", "put a current CoreWeave API token in Secret tenant-slurm/coreweave-api"),
     ("runner-token", _runner(outcome="error", code="permission_denied", message="lacks sandbox_admin"),
@@ -190,6 +194,8 @@ def test_healthy_variants_pass() -> None:
     assert r["scope"].ok and "type cluster" in r["scope"].detail
     assert r["grace"].ok and "no sandbox pod seen yet" in r["grace"].detail
     assert r["policy"].ok and "null" in r["policy"].detail
+    none = by_id(healthy(access=Access("ServiceAccount t/s", False), sandbox_namespaces=frozenset()))
+    assert none["scheduler-rbac"].ok and "each new one needs its grant" in none["scheduler-rbac"].detail
     blank = by_id(healthy(scope=Scope("x", "namespace", ()), sandbox_namespaces=frozenset({"tenant-slurm"})))
     assert blank["scope"].ok, blank["scope"]  # a blank list is the scheduler's own namespace
 

@@ -23,7 +23,7 @@ from ..core import node_room as room
 from ..core import scope as sc
 from ..core import scope_doc, selectors, tenancy
 from ..core.pods import decode_pod
-from ..core.scheduler import discover
+from ..core.scheduler import Discovery, discover
 from ..core.scheduler_conf import SCHEDULER_CONF_KEY
 from . import grants, kube as k
 from .quantity import parse_quantity
@@ -67,7 +67,7 @@ def _denied(what: str, exc: Exception) -> str:
     return f"these credentials may not {what}: {exc}"
 
 
-async def _scheduler(kube: k.KubeAPI, t: Target) -> tuple[Any, list[dict], str | None]:
+async def _scheduler(kube: k.KubeAPI, t: Target) -> tuple[Discovery, list[dict], str | None]:
     """Discovery over the scheduler namespace's pods and ConfigMaps (and those ConfigMaps)."""
     ns = t.spec.scheduler_namespace(t.namespace)
     pod_selector = t.spec.scheduler.pod_selector
@@ -82,14 +82,14 @@ async def _scheduler(kube: k.KubeAPI, t: Target) -> tuple[Any, list[dict], str |
     return discover(t.spec, t.namespace, pods, cms), cms, None
 
 
-def _scope(t: Target, d: Any, cms: list[dict]) -> f.Scope | None:
+def _scope(t: Target, d: Discovery, cms: list[dict]) -> f.Scope | None:
     """The watched list in the scheduler's own scheduler.conf (what it runs with, whoever renders it)."""
     if not d.configmap_name:
         return None
     target = t.spec.scope.target
     key, path = ((target.config_map.key, target.config_map.path) if target.kind == "SchedulerConfigMap"
                  else (SCHEDULER_CONF_KEY, "scheduler.scope.namespaces"))
-    cm = next(c for c in cms if (c.get("metadata") or {}).get("name") == d.configmap_name)
+    cm = next((c for c in cms if (c.get("metadata") or {}).get("name") == d.configmap_name), {})
     where = f"{key} of ConfigMap {d.namespace}/{d.configmap_name}"
     text = (cm.get("data") or {}).get(key)
     if not isinstance(text, str):
@@ -134,7 +134,7 @@ async def _sandbox(kube: k.KubeAPI, t: Target, policy: tenancy.TenancyPolicy
     return frozenset(matched), how, [p for p in pods if (p.get("metadata") or {}).get("namespace") in matched], None
 
 
-async def _access(kube: k.KubeAPI, d: Any, namespaces: frozenset[str]) -> f.Access | None:
+async def _access(kube: k.KubeAPI, d: Discovery, namespaces: frozenset[str]) -> f.Access | None:
     if not d.pods_found:
         return None
     sa = (d.namespace, d.service_account)

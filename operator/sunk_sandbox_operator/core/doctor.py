@@ -210,6 +210,9 @@ def scheduler_rbac(obs: Observation) -> Result:
                        f"namespace(s); not in {names(sorted(a.denied), 5)}: its sandboxes there stay Pending",
                        "apply the scope change through the Slurm Helm release (it grants the RBAC with it), or "
                        "let the operator grant it: spec.scope.grantClusterRole: sunk-scheduler-sandbox")
+    if not obs.sandbox_namespaces:
+        return _passed("scheduler-rbac", n, f"no {obs.sandbox_how} yet to check ({what} only where granted, not "
+                       "cluster-wide: each new one needs its grant)")
     return _passed("scheduler-rbac", n, f"{what} in each of the {len(obs.sandbox_namespaces)} {obs.sandbox_how}")
 
 
@@ -226,7 +229,8 @@ def slurmd_room(obs: Observation) -> Result:
     if obs.nodes_error:
         return _failed("slurmd-room", n, obs.nodes_error, CREDENTIALS)
     if not obs.slurmd_pods:
-        return _failed("slurmd-room", n, f"no slurmd pod (a container named slurmd) in {obs.scheduler_namespace}",
+        of = f" of NodeSet(s) {', '.join(obs.nodeset_filter)}" if obs.nodeset_filter else ""
+        return _failed("slurmd-room", n, f"no slurmd pod{of} (a container named slurmd) in {obs.scheduler_namespace}",
                        "point the doctor at the Slurm namespace: " + obs.knob("spec.scheduler.namespace",
                                                                                "--scheduler-namespace")
                        + "; --nodeset picks the NodeSets shared with sandboxes")

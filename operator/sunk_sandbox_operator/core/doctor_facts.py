@@ -102,6 +102,7 @@ class Observation:
     access: Access | None = None
     nodes: tuple[NodeRoom, ...] = ()
     slurmd_pods: int = 0
+    nodeset_filter: tuple[str, ...] = ()  # --nodeset: only these NodeSets' slurmd pods count
     nodes_error: str | None = None
     sandbox_request: Resources = Resources()
     sandbox_request_how: str = ""
