@@ -304,13 +304,14 @@ class FakeKube:
         self._enter("get_node", name)
         return copy.deepcopy(self._find("nodes", "", name))
 
-    async def list_pods_everywhere(self, label_selector: str | None = None,
-                                   field_selector: str | None = None) -> list[dict]:
+    async def list_pods_everywhere(self, label_selector: str | None = None, field_selector: str | None = None,
+                                   each: Callable[[dict], Any] | None = None) -> list[Any]:
         """Only the field selector the callers use: `spec.nodeName=NAME`."""
         self._enter("list_pods_everywhere", label_selector, field_selector)
         node = field_selector.removeprefix("spec.nodeName=") if field_selector else None
-        return [p for p in self._items("pods", None, label_selector)
+        pods = [p for p in self._items("pods", None, label_selector)
                 if node is None or (p.get("spec") or {}).get("nodeName") == node]
+        return [each(p) for p in pods] if each is not None else pods
 
     async def list_bindings(self) -> list[dict]:
         self._enter("list_bindings")

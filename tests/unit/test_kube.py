@@ -111,6 +111,11 @@ async def test_the_doctors_reads_send_their_paths_and_page_through_long_lists(ku
         ("GET", "/api/v1/namespaces", {"limit": "500"})]
 
 
+async def test_a_paginated_list_keeps_only_what_each_maps_an_item_to(kube, http) -> None:
+    http.answers[("GET", "/api/v1/pods")] = {"items": [{"metadata": {"name": "a"}}, {"metadata": {"name": "b"}}]}
+    assert await kube.list_pods_everywhere(each=lambda p: p["metadata"]["name"]) == ["a", "b"]
+
+
 async def test_merge_patches_say_so_and_name_the_field_manager(kube, http) -> None:
     await kube.merge_patch_deployment("slurm", "sched", {"spec": {}})
     await kube.merge_patch_application("argocd", "app", {"metadata": {"resourceVersion": "3"}})

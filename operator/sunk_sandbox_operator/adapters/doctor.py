@@ -98,29 +98,42 @@ def _scope(t: Target, d: Discovery, cms: list[dict]) -> f.Scope | None:
     return f.Scope(where, read.scope_type, tuple(read.values) if read.values is not None else None, read.error)
 
 
-def _fold_pods(pods: list[dict]) -> f.SandboxPods:
+@dataclass(frozen=True, slots=True)
+class _Pod:
+    """What is kept of one sandbox pod while 50,000 are listed."""
+
+    namespace: str
+    ref: str
+    grace: int
+    need: room.Resources
+
+
+def _pod(pod: dict) -> _Pod:
+    rec = decode_pod(pod, parse_quantity)
+    return _Pod(rec.namespace, rec.ref, rec.grace, room.pod_requests(pod, parse_quantity))
+
+
+def _fold_pods(pods: list[_Pod]) -> f.SandboxPods:
     graces: Counter[int] = Counter()
     example: dict[int, str] = {}
     largest: room.Resources | None = None
-    for pod in pods:
-        rec = decode_pod(pod, parse_quantity)
-        graces[rec.grace] += 1
-        example.setdefault(rec.grace, rec.ref)
-        need = room.pod_requests(pod, parse_quantity)
-        largest = need if largest is None else largest.largest(need)
+    for p in pods:
+        graces[p.grace] += 1
+        example.setdefault(p.grace, p.ref)
+        largest = p.need if largest is None else largest.largest(p.need)
     return f.SandboxPods(len(pods), dict(graces), example, largest)
 
 
 async def _sandbox(kube: k.KubeAPI, t: Target, policy: tenancy.TenancyPolicy
-                   ) -> tuple[frozenset[str], str, list[dict], str | None]:
+                   ) -> tuple[frozenset[str], str, list[_Pod], str | None]:
     """The sandbox namespaces, how they were found, and the sandbox pods in them."""
     try:
-        pods = await kube.list_pods_everywhere(SANDBOX_ID_LABEL)
+        pods: list[_Pod] = await kube.list_pods_everywhere(SANDBOX_ID_LABEL, each=_pod)
     except k.Forbidden as exc:
         return frozenset(), "sandbox namespaces", [], _denied("list pods in every namespace", exc)
     sn = t.spec.sandbox_namespaces
     if not t.binding and not sn.names and sn.selector is None:  # prerequisites, nothing named: where pods are
-        return (frozenset(str((p.get("metadata") or {}).get("namespace") or "") for p in pods),
+        return (frozenset(p.namespace for p in pods),
                 "sandbox namespaces (holding sandbox pods)", pods, None)
     try:
         infos = [sc.NamespaceInfo.from_object(o) for o in await kube.list_namespaces()]
@@ -131,7 +144,7 @@ async def _sandbox(kube: k.KubeAPI, t: Target, policy: tenancy.TenancyPolicy
     matched = sc.sandbox_namespaces(matcher, infos)
     how = ("sandbox namespaces (spec.sandboxNamespaces)" if t.binding
            else "sandbox namespaces (--sandbox-namespaces / --sandbox-selector)")
-    return frozenset(matched), how, [p for p in pods if (p.get("metadata") or {}).get("namespace") in matched], None
+    return frozenset(matched), how, [p for p in pods if p.namespace in matched], None
 
 
 async def _access(kube: k.KubeAPI, d: Discovery, namespaces: frozenset[str]) -> f.Access | None:

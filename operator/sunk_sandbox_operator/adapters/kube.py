@@ -81,8 +81,8 @@ class KubeAPI(Protocol):
     async def get_binding(self, namespace: str, name: str) -> dict[str, Any]: ...
     async def list_namespaces(self) -> list[dict[str, Any]]: ...
     async def get_node(self, name: str) -> dict[str, Any]: ...
-    async def list_pods_everywhere(self, label_selector: str | None = None,
-                                   field_selector: str | None = None) -> list[dict[str, Any]]: ...
+    async def list_pods_everywhere(self, label_selector: str | None = None, field_selector: str | None = None,
+                                   each: Callable[[dict[str, Any]], Any] | None = None) -> list[Any]: ...
 
     # writes (each behind the write gate)
     async def patch_binding_status(self, namespace: str, name: str, status_patch: dict[str, Any]) -> dict[str, Any]: ...
@@ -142,13 +142,15 @@ class Kube:
     async def _items(self, path: str, params: Mapping[str, str] | None = None) -> list[dict]:
         return (await self._get(path, params)).get("items") or []
 
-    async def _pages(self, path: str, params: Mapping[str, str]) -> list[dict]:
-        """Every item of a LIST, PAGE_SIZE at a time (limit / continue): no one answer is unbounded."""
-        out: list[dict] = []
+    async def _pages(self, path: str, params: Mapping[str, str], each: Callable[[dict], Any] | None = None) -> list[Any]:
+        """Every item of a LIST, PAGE_SIZE at a time (limit / continue): no one answer is unbounded.
+        `each` maps an item as its page arrives, so only what it returns is kept (50,000 pods)."""
+        out: list[Any] = []
         token = ""
         while True:
             page = await self._get(path, {**params, "limit": str(PAGE_SIZE), **({"continue": token} if token else {})})
-            out.extend(page.get("items") or [])
+            items = page.get("items") or []
+            out.extend(map(each, items) if each is not None else items)
             token = (page.get("metadata") or {}).get("continue") or ""
             if not token:
                 return out
@@ -234,11 +236,12 @@ class Kube:
     async def get_node(self, name: str) -> dict:
         return await self._get(f"/api/v1/nodes/{name}")
 
-    async def list_pods_everywhere(self, label_selector: str | None = None,
-                                   field_selector: str | None = None) -> list[dict]:
-        """Pods of every namespace by label and/or field selector (`spec.nodeName=N`), paginated."""
+    async def list_pods_everywhere(self, label_selector: str | None = None, field_selector: str | None = None,
+                                   each: Callable[[dict], Any] | None = None) -> list[Any]:
+        """Pods of every namespace by label and/or field selector (`spec.nodeName=N`), paginated;
+        `each(pod)` instead of the pod when given."""
         params = {k: v for k, v in (("labelSelector", label_selector), ("fieldSelector", field_selector)) if v}
-        return await self._pages("/api/v1/pods", params)
+        return await self._pages("/api/v1/pods", params, each)
 
     # ------------------------------------------------------------ writes
 
