@@ -100,6 +100,8 @@ async def test_each_answer_is_its_typed_error(status, body, text, delay, error, 
     with pytest.raises(error) as exc:
         await c.partition("hpc", "k8sop", token)
     assert says in str(exc.value) and TOKEN not in str(exc.value) and "secret-signature" not in repr(exc.value)
+    assert sr.kind(exc.value) == {sr.SlurmNotFound: "not_found", sr.SlurmAuthFailed: "auth",
+                                  sr.SlurmUnreachable: "unreachable", sr.SlurmAPIError: "api"}[error]
 
 
 async def test_no_answer_is_unreachable() -> None:

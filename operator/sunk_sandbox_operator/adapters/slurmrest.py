@@ -87,6 +87,12 @@ def _describe(errors: list[dict]) -> str:
     return "; ".join(texts)[:MESSAGE_MAX] or "no error text"
 
 
+def kind(error: SlurmError) -> str:
+    """The SlurmObservation error kind of a typed error (core/slurm.py ready_condition reads it)."""
+    return ("not_found" if isinstance(error, SlurmNotFound) else "auth" if isinstance(error, SlurmAuthFailed)
+            else "unreachable" if isinstance(error, SlurmUnreachable) else "api")
+
+
 def classify(status: int, body: Any, text: str, seconds: float) -> SlurmError | None:
     """The typed error of an answer (None: a success). Pure: the unit tests feed it the shapes
     slurm.md recorded."""

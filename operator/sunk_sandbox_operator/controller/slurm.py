@@ -84,14 +84,8 @@ async def observe(ctx: Context, clients, state: BindingState) -> slurm.SlurmObse
             answer = await client.ping(rest.user, again)
     except Problem as exc:
         return fail("credentials", exc.message)
-    except sr.SlurmNotFound as exc:
-        return fail("not_found", str(exc))
-    except sr.SlurmAuthFailed as exc:
-        return fail("auth", str(exc))
-    except sr.SlurmUnreachable as exc:
-        return fail("unreachable", str(exc))
     except sr.SlurmError as exc:
-        return fail("api", str(exc))
+        return fail(sr.kind(exc), str(exc))
     return slurm.SlurmObservation(url, rest.user, partition, answer=answer)
 
 
