@@ -25,7 +25,7 @@ PROG = "sunk-sandbox-operator doctor"
 MARKS = {True: "✓", False: "✗", None: "-"}
 PREREQUISITE_FLAGS = ("scheduler_namespace", "scheduler_selector", "scheduler_name", "kill_wait_seconds", "runner_id",
                       "api_url", "token_secret", "partition", "sandbox_namespaces", "sandbox_selector", "expected_grace",
-                      "client_annotation")
+                      "client_annotation", "slurm_url", "slurm_user", "slurm_token_secret", "slurm_api_version")
 
 
 def _parser(prog: str = PROG) -> argparse.ArgumentParser:
@@ -53,6 +53,11 @@ def _parser(prog: str = PROG) -> argparse.ArgumentParser:
                      help="terminationGracePeriodSeconds sandbox pods use (default 30; 300 with snapshot storage)")
     pre.add_argument("--client-annotation", action="append", default=None, metavar="KEY",
                      help="an annotation clients must stay free to set (policy check)")
+    pre.add_argument("--slurm-url", default=None, help="slurmrestd base URL, to ask it for the partition")
+    pre.add_argument("--slurm-user", default=None, help="the Slurm user the token is for (X-SLURM-USER-NAME)")
+    pre.add_argument("--slurm-token-secret", default=None, metavar="NS/NAME[:KEY]", help="the Secret holding the "
+                     "Slurm JWT (`scontrol token username=USER`; key default: token)")
+    pre.add_argument("--slurm-api-version", default=None, help="slurmrestd's OpenAPI version (default v0.0.38)")
     both = p.add_argument_group("either mode")
     both.add_argument("--nodeset", action="append", default=[], metavar="NAME",
                       help="a NodeSet shared with sandboxes (repeatable; default: every NodeSet found)")
@@ -60,6 +65,7 @@ def _parser(prog: str = PROG) -> argparse.ArgumentParser:
                       help="what a sandbox pod requests (default: the largest requests among the sandbox pods seen)")
     ops = p.add_argument_group("the operator's settings (as for `run`; default: its SSB_* environment variables)")
     ops.add_argument("--allowed-api-url", action="append", default=None, metavar="URL")
+    ops.add_argument("--allowed-slurm-url", action="append", default=None, metavar="URL")
     ops.add_argument("--allow-reach", action="append", default=None, metavar="NS=TARGETS")
     ops.add_argument("--sandbox-namespace-selector", default=None, metavar="SELECTOR")
     return p
@@ -99,8 +105,8 @@ def _requests(text: str, parser: argparse.ArgumentParser) -> Any:
     return Resources(values.get("cpu", 0), values.get("memory", 0))
 
 
-def _prerequisites(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[dict[str, Any], Any]:
-    """A spec made of the flags, and where the token is."""
+def _prerequisites(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[dict[str, Any], Any, Any]:
+    """A spec made of the flags, and where the runner token and the Slurm token are."""
     scheduler: dict[str, Any] = {"namespace": args.scheduler_namespace or "tenant-slurm"}
     if args.scheduler_selector:
         scheduler["podSelector"] = _selector(args.scheduler_selector, parser, "--scheduler-selector")
@@ -123,13 +129,23 @@ def _prerequisites(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
             spec[field] = value
     if args.api_url:
         spec["runner"]["apiURL"] = args.api_url
-    return spec, token
+    slurm = (args.slurm_url, args.slurm_user, args.slurm_token_secret)
+    if any(slurm) and not all(slurm):
+        parser.error("--slurm-url, --slurm-user and --slurm-token-secret go together")
+    slurm_token = _secret_ref(args.slurm_token_secret, parser, "--slurm-token-secret") if all(slurm) else None
+    if slurm_token is not None:
+        spec["slurm"] = {"restAPI": {"url": args.slurm_url, "user": args.slurm_user,
+                                     "tokenSecretRef": {"name": slurm_token[1], "key": slurm_token[2]},
+                                     **({"apiVersion": args.slurm_api_version} if args.slurm_api_version else {})}}
+    return spec, token, slurm_token
 
 
 def _settings(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Any:
     """The operator's tenancy settings: the `run` flags given here, else its SSB_* variables."""
     if args.allowed_api_url:
         os.environ["SSB_ALLOWED_API_URLS"] = ",".join(args.allowed_api_url)
+    if args.allowed_slurm_url:
+        os.environ["SSB_ALLOWED_SLURM_URLS"] = ",".join(args.allowed_slurm_url)
     if args.allow_reach:
         os.environ["SSB_ALLOWED_REACH"] = ";".join(args.allow_reach)
     if args.sandbox_namespace_selector is not None:
@@ -138,9 +154,11 @@ def _settings(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Any:
     from .core.tenancy import check_allowed_urls
 
     cfg = config.load()
-    bad = check_allowed_urls(u.removesuffix(":*") for u in cfg.allowed_api_urls)
-    if bad:
-        parser.error("--allowed-api-url / SSB_ALLOWED_API_URLS: " + "; ".join(bad))
+    for urls, name in ((cfg.allowed_api_urls, "--allowed-api-url / SSB_ALLOWED_API_URLS"),
+                       (cfg.allowed_slurm_urls, "--allowed-slurm-url / SSB_ALLOWED_SLURM_URLS")):
+        bad = check_allowed_urls(u.removesuffix(":*") for u in urls)
+        if bad:
+            parser.error(f"{name}: " + "; ".join(bad))
     try:
         return cfg.tenancy()
     except ValueError as exc:
@@ -171,15 +189,17 @@ async def _observe(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
                 spec = parse_spec(body.get("spec") or {})
             except ValidationError as exc:
                 parser.error(f"binding {args.binding}: invalid spec: {format_validation_error(exc)}")
-            ref = spec.runner.token_secret_ref
-            target = gather.Target(spec, ns, args.binding, (ns, ref.name, ref.key), tuple(args.nodeset), need)
+            ref, rest = spec.runner.token_secret_ref, spec.slurm.rest_api
+            slurm_token = (ns, rest.token_secret_ref.name, rest.token_secret_ref.key) if rest is not None else None
+            target = gather.Target(spec, ns, args.binding, (ns, ref.name, ref.key), tuple(args.nodeset), need,
+                                   slurm_token)
         else:
-            raw, token = _prerequisites(args, parser)
+            raw, token, slurm_token = _prerequisites(args, parser)
             try:
                 spec = parse_spec(raw)
             except ValidationError as exc:
                 parser.error(format_validation_error(exc, root="flags"))
-            target = gather.Target(spec, spec.scheduler.namespace, None, token, tuple(args.nodeset), need)
+            target = gather.Target(spec, spec.scheduler.namespace, None, token, tuple(args.nodeset), need, slurm_token)
         return await gather.gather(kube, target, tenancy)
     finally:
         await http.close()

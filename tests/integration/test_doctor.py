@@ -1,7 +1,8 @@
 """`doctor` as a user runs it: a subprocess with the admin's kubeconfig against the real control
-plane, the runner API emulator behind the token. A healthy set-up passes every line (exit 0,
-`-o json` parses); broken ones fail each check at least once, the ✗ line naming the fix. There is
-no kubelet: Nodes, slurmd pods (owned by a NodeSet) and sandbox pods are objects made by hand."""
+plane, the runner API emulator behind the runner token and the real Slurm (slurmrestd, JWT) behind
+the Slurm one. A healthy set-up passes every line (exit 0, `-o json` parses); broken ones fail each
+check at least once, the ✗ line naming the fix. There is no kubelet: Nodes, slurmd pods (owned by a
+NodeSet) and sandbox pods are objects made by hand."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -17,13 +19,15 @@ import pytest
 
 from sunk_sandbox_operator.core import doctor
 
+from tests.conftest import SECRET_VALUES
 from tests.integration.conftest import (ADMIN_TOKEN, READONLY_TOKEN, calls, create_token_secret, make_scheduler,
                                         new_runner)
 
 pytestmark = pytest.mark.integration
 
 BIN = Path(sys.executable).parent
-ALLOW = ["--allowed-api-url", "http://127.0.0.1:*"]
+ALLOW = ["--allowed-api-url", "http://127.0.0.1:*", "--allowed-slurm-url", "http://127.0.0.1:*"]
+PARTITION = "sandboxes"  # one of the test Slurm's partitions (sunk_sandbox_devtools/slurm.py)
 SANDBOX_ID = "sandbox.coreweave.com/sandbox-id"
 
 
@@ -32,8 +36,10 @@ def run(kube, *args: str, plugin: bool = False) -> subprocess.CompletedProcess[s
     env = {k: v for k, v in os.environ.items() if not k.startswith("SSB_") and k != "KUBERNETES_SERVICE_HOST"}
     env["KUBECONFIG"] = str(kube.cluster.kubeconfig)
     cmd = [str(BIN / "kubectl-ssb"), "doctor", *args] if plugin else [str(BIN / "sunk-sandbox-operator"), "doctor", *args]
+    started = time.monotonic()
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
-    print("$", Path(cmd[0]).name, *cmd[1:], f"(exit {out.returncode})\n{out.stdout}{out.stderr}")  # shown on failure
+    print("$", Path(cmd[0]).name, *cmd[1:], f"(exit {out.returncode}, {time.monotonic() - started:.2f} s)\n"
+          f"{out.stdout}{out.stderr}")  # shown on failure
     return out
 
 
@@ -72,7 +78,13 @@ def sandbox_pod(kube, ns: str, node_name: str, grace: int = 30) -> None:
                      "requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}}}]}})
 
 
-def setup(kube, emulator, ns: str, *, kill_wait: str = "60s", slurm_kill_wait: int = 60, covered: bool = True,
+def slurm_secret(kube, ns: str, slurm) -> None:
+    token = slurm.token()
+    SECRET_VALUES.append(token)
+    kube.core.create_namespaced_secret(ns, {"metadata": {"name": "slurm-jwt"}, "stringData": {"token": token}})
+
+
+def setup(kube, emulator, slurm, ns: str, *, kill_wait: str = "60s", slurm_kill_wait: int = 60, covered: bool = True,
           permitted: bool = True, slurmd_cpu: str = "8", grace: int = 30, token: str = ADMIN_TOKEN,
           policy: dict | None = None, ready: bool = True) -> tuple[str, str]:
     """A Slurm namespace with its scheduler, slurm.conf, a NodeSet's Node and slurmd pod, one sandbox
@@ -86,40 +98,47 @@ def setup(kube, emulator, ns: str, *, kill_wait: str = "60s", slurm_kill_wait: i
     slurmd(kube, ns, n, slurmd_cpu, "32Gi")
     sandbox_pod(kube, sandbox_ns, n, grace)
     create_token_secret(kube, ns, token)
+    slurm_secret(kube, ns, slurm)
     return new_runner(emulator, policy if policy is not None else {"base": {"spec": {}}}), sandbox_ns
 
 
-def prerequisites(ns: str, runner: str, emulator, sandbox_ns: str) -> list[str]:
+def prerequisites(ns: str, runner: str, emulator, slurm, sandbox_ns: str, partition: str = PARTITION) -> list[str]:
     """The flags of a set-up (its sandbox namespace named: other tests' sandbox pods are not its own)."""
     return ["--scheduler-namespace", ns, "--runner-id", runner, "--api-url", emulator.url,
-            "--token-secret", f"{ns}/coreweave-api", "--sandbox-namespaces", sandbox_ns, *ALLOW]
+            "--token-secret", f"{ns}/coreweave-api", "--sandbox-namespaces", sandbox_ns, "--partition", partition,
+            "--slurm-url", slurm.url, "--slurm-user", slurm.api_user, "--slurm-token-secret", f"{ns}/slurm-jwt", *ALLOW]
 
 
-def test_healthy_prerequisites_pass_every_line(installed, emulator, ns) -> None:
-    runner, sandbox_ns = setup(installed, emulator, ns)
-    out = run(installed, *prerequisites(ns, runner, emulator, sandbox_ns))
+def binding(ns: str, runner: str, api_url: str, slurm, sandbox_ns: str, partition: str = PARTITION) -> dict:
+    return {"runner": {"id": runner, "apiURL": api_url, "tokenSecretRef": {"name": "coreweave-api"}},
+            "partition": partition, "sandboxNamespaces": {"names": [sandbox_ns]},
+            "slurm": {"restAPI": {"url": slurm.url, "user": slurm.api_user, "tokenSecretRef": {"name": "slurm-jwt"}}}}
+
+
+def test_healthy_prerequisites_pass_every_line(installed, emulator, slurm, ns) -> None:
+    runner, sandbox_ns = setup(installed, emulator, slurm, ns)
+    out = run(installed, *prerequisites(ns, runner, emulator, slurm, sandbox_ns))
     assert out.returncode == 0, out.stdout + out.stderr
     body = out.stdout.splitlines()
     assert body[0].startswith("sunk-sandbox-operator doctor: prerequisites") and body[-1] == "every check passed"
     checks = body[1:-1]
     assert len(checks) == len(doctor.READS) - 1  # no binding line
-    assert all(line.startswith("✓") for line in checks if not line.startswith("- partition")), out.stdout
+    assert all(line.startswith("✓") for line in checks), out.stdout
     assert any(line.startswith("✓ room beside slurmd") and "500m CPU, 512Mi memory" in line for line in checks)
     assert calls(emulator, runner, "GetManagedRunner")
 
 
-def test_healthy_binding_through_kubectl_ssb_and_json(installed, emulator, ns) -> None:
-    runner, sandbox_ns = setup(installed, emulator, ns)
-    installed.create_binding(ns, "b", {
-        "runner": {"id": runner, "apiURL": emulator.url, "tokenSecretRef": {"name": "coreweave-api"}},
-        "sandboxNamespaces": {"names": [sandbox_ns]}})
+def test_healthy_binding_through_kubectl_ssb_and_json(installed, emulator, slurm, ns) -> None:
+    runner, sandbox_ns = setup(installed, emulator, slurm, ns)
+    installed.create_binding(ns, "b", binding(ns, runner, emulator.url, slurm, sandbox_ns))
     out = run(installed, f"{ns}/b", *ALLOW, plugin=True)
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.splitlines()[1].startswith(f"✓ binding allowed: {ns}/b")
     parsed = json.loads(run(installed, f"{ns}/b", "-o", "json", *ALLOW).stdout)
     assert parsed["ok"] is True and parsed["binding"] == f"{ns}/b"
     assert {c["id"] for c in parsed["checks"]} == set(doctor.READS)
-    assert all(c["ok"] is True for c in parsed["checks"] if c["id"] != "partition"), parsed
+    assert all(c["ok"] is True for c in parsed["checks"]), parsed
+    assert f"partition {PARTITION} is UP" in next(c["detail"] for c in parsed["checks"] if c["id"] == "partition")
 
 
 # Each broken set-up, and the checks it fails with a word of their fix: together every check.
@@ -137,14 +156,15 @@ BROKEN: dict[str, tuple[dict[str, Any], dict[str, str]]] = {
                {"policy": "cwic sandbox runner policy edit"}),
     "binding-url": ({"binding_url": "https://api.example.com"},
                     {"binding": "--allowed-api-url", "runner-token": "--allowed-api-url"}),
+    "partition": ({"partition": "nosuch"}, {"partition": "sinfo -h -o %P"}),
 }
 
 
 def test_the_broken_set_ups_fail_every_check() -> None:
-    assert {c for _, fails in BROKEN.values() for c in fails} == set(doctor.READS) - {"partition"}
+    assert {c for _, fails in BROKEN.values() for c in fails} == set(doctor.READS)
 
 
-def _bare_scheduler(kube, emulator, ns: str) -> tuple[list[str], str]:
+def _bare_scheduler(kube, emulator, slurm, ns: str) -> tuple[list[str], str]:
     """A Ready SUNK 7 scheduler pod without --scheduler-name or --slurm-kill-wait, no scheduler.conf,
     no slurm.conf: nothing says its name, kill-wait or scope."""
     kube.core.create_namespaced_pod(ns, {
@@ -155,28 +175,27 @@ def _bare_scheduler(kube, emulator, ns: str) -> tuple[list[str], str]:
     n = node(kube)
     slurmd(kube, ns, n, "8", "32Gi")
     create_token_secret(kube, ns)
+    slurm_secret(kube, ns, slurm)
     runner = new_runner(emulator, {"base": {}})
-    return prerequisites(ns, runner, emulator, uniq("ds-none")), runner
+    return prerequisites(ns, runner, emulator, slurm, uniq("ds-none")), runner
 
 
-def _broken(kube, emulator, ns: str, how: dict[str, Any]) -> tuple[list[str], str]:
+def _broken(kube, emulator, slurm, ns: str, how: dict[str, Any]) -> tuple[list[str], str]:
     if how.get("bare"):
-        return _bare_scheduler(kube, emulator, ns)
+        return _bare_scheduler(kube, emulator, slurm, ns)
     knobs = {k: v for k, v in how.items() if k in ("kill_wait", "covered", "permitted", "slurmd_cpu", "token", "policy",
                                                    "ready")}
-    runner, sandbox_ns = setup(kube, emulator, ns, **knobs)
+    runner, sandbox_ns = setup(kube, emulator, slurm, ns, **knobs)
     if "binding_url" in how:
-        kube.create_binding(ns, "b", {"runner": {"id": runner, "apiURL": how["binding_url"],
-                                                 "tokenSecretRef": {"name": "coreweave-api"}},
-                                      "sandboxNamespaces": {"names": [sandbox_ns]}})
+        kube.create_binding(ns, "b", binding(ns, runner, how["binding_url"], slurm, sandbox_ns))
         return [f"{ns}/b", *ALLOW], runner
-    return prerequisites(ns, runner, emulator, sandbox_ns), runner
+    return prerequisites(ns, runner, emulator, slurm, sandbox_ns, how.get("partition", PARTITION)), runner
 
 
 @pytest.mark.parametrize("case", list(BROKEN))
-def test_a_broken_set_up_fails_its_checks_and_names_the_fix(installed, emulator, ns, case) -> None:
+def test_a_broken_set_up_fails_its_checks_and_names_the_fix(installed, emulator, slurm, ns, case) -> None:
     how, fails = BROKEN[case]
-    args, runner = _broken(installed, emulator, ns, how)
+    args, runner = _broken(installed, emulator, slurm, ns, how)
     out = run(installed, *args)
     assert out.returncode == 1, out.stdout + out.stderr
     parsed = {c["id"]: c for c in json.loads(run(installed, *args, "-o", "json").stdout)["checks"]}

@@ -12,9 +12,10 @@ from typing import Any, Callable
 import pytest
 
 from sunk_sandbox_operator.core import doctor
-from sunk_sandbox_operator.core.doctor_facts import Access, Observation, Runner, SandboxPods, Scope, Slurm
+from sunk_sandbox_operator.core.doctor_facts import Access, Observation, Runner, SandboxPods, Scope
 from sunk_sandbox_operator.core.node_room import NodeRoom, Resources
 from sunk_sandbox_operator.core.scheduler import Discovery
+from sunk_sandbox_operator.core.slurm import SlurmObservation
 
 GI = Decimal(2**30)
 MI = Decimal(2**20)
@@ -32,6 +33,10 @@ def discovery(**over: Any) -> Discovery:
     return Discovery(**base)
 
 
+def slurm(**over: Any) -> SlurmObservation:
+    return SlurmObservation("http://127.0.0.1:6820", "k8sop", "sandboxes", **over)
+
+
 def healthy(**over: Any) -> Observation:
     base: dict[str, Any] = dict(
         binding=None, scheduler_namespace="tenant-slurm", discovery=discovery(),
@@ -45,7 +50,7 @@ def healthy(**over: Any) -> Observation:
         slurmd_pods=1, sandbox_request=Resources(Decimal("0.5"), 512 * MI), sandbox_request_how="the largest seen",
         runner=Runner("runner-1", "https://api.coreweave.com", "Secret tenant-slurm/coreweave-api key token", "ok",
                       policy={"base": {"spec": {"schedulerName": "slurm-scheduler"}}}, etag="e1"),
-        partition="sandboxes", slurm=Slurm("http://127.0.0.1:6820", "sandboxes", "ok", "UP"))
+        partition="sandboxes", slurm=slurm(answer={"name": "sandboxes", "state": "UP"}))
     base.update(over)
     return Observation(**base)
 
@@ -135,11 +140,15 @@ BROKEN: list[tuple[str, Callable[[Observation], Observation], str, str]] = [
     ("policy", _runner(policy={"base": {"spec": {"terminationGracePeriodSeconds": 30}}}),
      "terminationGracePeriodSeconds", "cwic"),
     ("policy", _runner(policy={"base": "nope"}), "must be an object", "cwic"),
-    ("partition", _with(slurm=Slurm("http://s", "sandboxes", "not_found", message="no partition")),
-     "has no partition 'sandboxes'", "PartitionName=sandboxes"),
-    ("partition", _with(slurm=Slurm("http://s", "sandboxes", "ok", "DOWN")), "is DOWN", "State=UP"),
-    ("partition", _with(slurm=Slurm("http://s", "sandboxes", "unreachable", message="ConnectError")),
-     "ConnectError", "slurmrestd URL"),
+    ("partition", _with(slurm=slurm(error="not_found", detail="HTTP 500: Invalid partition name specified")),
+     "no partition 'sandboxes'", "sinfo -h -o %P"),
+    ("partition", _with(slurm=slurm(answer={"name": "sandboxes", "state": "DOWN"})), "is DOWN", "State=UP"),
+    ("partition", _with(slurm=slurm(error="unreachable", detail="ConnectError")), "did not answer: ConnectError",
+     "spec.slurm.restAPI.url"),
+    ("partition", _with(slurm=slurm(error="token", detail="the token expired at 2026-01-01T00:00:00Z")),
+     "the token expired", "scontrol token"),
+    ("partition", _with(slurm=None, slurm_refused="http://x:6820 is not a slurmrestd URL the operator allows"),
+     "the Slurm token was not sent", "--allowed-api-url"),
 ]
 
 
@@ -176,6 +185,8 @@ def test_what_does_not_apply_is_neither_passed_nor_failed() -> None:
     unconfigured = by_id(healthy(slurm=None))["partition"]
     assert unconfigured.ok is None and "--slurm-url" in unconfigured.detail
     assert by_id(healthy(binding="t/b", slurm=None))["partition"].detail.count("spec.slurm.restAPI") == 1
+    pinged = by_id(healthy(partition=None, slurm=SlurmObservation("http://s", "k8sop", None, answer={})))["partition"]
+    assert pinged.ok is True and "answers with the token" in pinged.detail
 
 
 def test_fixes_name_the_binding_field_or_the_flag() -> None:

@@ -15,7 +15,9 @@ from sunk_sandbox_operator.api.spec import parse_spec
 from sunk_sandbox_operator.core import doctor
 from sunk_sandbox_operator.core.tenancy import TenancyPolicy
 
-from tests.unit.fakes import FakeKube, FakeRunner
+from tests.unit.fake_slurm import FakeSlurm
+from tests.unit.fakes import FakeClock, FakeKube, FakeRunner
+from tests.unit.test_slurm_controller import jwt
 
 NS = "tenant-slurm"
 TOKEN = "tok-doctor-unit-secret"
@@ -156,3 +158,44 @@ async def test_forbidden_reads_say_what_was_denied() -> None:
     for check in ("grace", "scope"):
         assert results[check].ok is False and "may not list pods in every namespace" in results[check].detail
     assert results["slurmd-room"].ok is False and "may not list pods on Node n1" in results["slurmd-room"].detail
+
+
+SLURM = "https://slurm.example.com:6820"
+
+
+def with_slurm(partition: str | None = "sandboxes", token: str | None = None, url: str = SLURM) -> tuple[FakeKube, gather.Target]:
+    kube = cluster()
+    kube.add("secrets", {"metadata": {"name": "slurm-jwt", "namespace": NS},
+                         "data": {"token": base64.b64encode((token or jwt()).encode()).decode()}})
+    raw = {"partition": partition, "slurm": {"restAPI": {"url": url, "user": "k8sop",
+                                                          "tokenSecretRef": {"name": "slurm-jwt"}}}}
+    target = prerequisites(**raw)
+    return kube, gather.Target(target.spec, NS, None, target.token, slurm_token=(NS, "slurm-jwt", "token"))
+
+
+async def test_slurm_is_asked_for_the_partition_with_its_own_token_where_allowed() -> None:
+    fake = FakeSlurm(FakeClock(), tokens={jwt(): "k8sop"})
+    allowed = TenancyPolicy(allowed_slurm_urls=(SLURM,))
+    kube, target = with_slurm()
+    obs = await gather.gather(kube, target, allowed, make_runner=Runners(), make_slurm=fake.client_factory())
+    assert {r.id: r for r in doctor.evaluate(obs)}["partition"].ok is True
+    assert fake.log == [("/slurm/v0.0.38/partition/sandboxes", "", 200)]
+    kube, target = with_slurm("nosuch")
+    obs = await gather.gather(kube, target, allowed, make_runner=Runners(), make_slurm=fake.client_factory())
+    r = {r.id: r for r in doctor.evaluate(obs)}["partition"]
+    assert r.ok is False and "no partition 'nosuch'" in r.detail
+    kube, target = with_slurm(None)  # nothing pinned: a ping says whether the token works
+    obs = await gather.gather(kube, target, allowed, make_runner=Runners(), make_slurm=fake.client_factory())
+    assert {r.id: r for r in doctor.evaluate(obs)}["partition"].ok is True and fake.log[-1][0].endswith("/ping")
+
+
+async def test_the_slurm_token_goes_nowhere_unless_allowed_and_sound() -> None:
+    fake = FakeSlurm(FakeClock(), tokens={jwt(): "k8sop"})
+    kube, target = with_slurm()
+    obs = await gather.gather(kube, target, TenancyPolicy(), make_runner=Runners(), make_slurm=fake.client_factory())
+    assert obs.slurm is None and obs.slurm_refused and "not a slurmrestd URL the operator allows" in obs.slurm_refused
+    kube, target = with_slurm(token=jwt(exp=1))  # expired: told without sending it
+    obs = await gather.gather(kube, target, TenancyPolicy(allowed_slurm_urls=(SLURM,)), make_runner=Runners(),
+                              make_slurm=fake.client_factory())
+    assert obs.slurm is not None and obs.slurm.error == "token" and "expired" in obs.slurm.detail
+    assert fake.log == []

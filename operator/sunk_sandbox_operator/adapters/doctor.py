@@ -4,13 +4,15 @@ Reads only. The Kube it is handed has its write gate shut (`writable` False), so
 leave this process whatever a bug does; SubjectAccessReviews are answered and forgotten by the API
 server (nothing is stored). The runner token is read from its Secret, checked like the operator
 checks it (an empty value is not sent) and sent only to an API URL the operator's settings allow
-(core/tenancy.py), in one GetManagedRunner; it appears in no message. Everything the checks
-decide is in core/doctor.py; nothing here decides a verdict.
+(core/tenancy.py), in one GetManagedRunner; the Slurm JWT likewise (checked offline first, as the
+operator does, then one GET of the partition, or a ping) only to an allowed slurmrestd URL; neither
+appears in any message. Everything the checks decide is in core/doctor.py; nothing here decides.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -21,11 +23,12 @@ from ..api.spec import BindingSpec
 from ..core import doctor_facts as f
 from ..core import node_room as room
 from ..core import scope as sc
-from ..core import scope_doc, selectors, tenancy
+from ..core import scope_doc, selectors, slurm, tenancy
 from ..core.pods import decode_pod
 from ..core.scheduler import Discovery, discover
 from ..core.scheduler_conf import SCHEDULER_CONF_KEY
 from . import grants, kube as k
+from . import slurmrest as sr
 from .quantity import parse_quantity
 from .runnerapi import client as rc
 
@@ -44,14 +47,20 @@ class Target:
     token: tuple[str, str, str] | None = None  # (namespace, name, key) of the runner token; None: no runner check
     nodesets: tuple[str, ...] = ()            # only these NodeSets (empty: every one found)
     sandbox_request: room.Resources | None = None  # what a sandbox pod needs (None: the largest seen)
+    slurm_token: tuple[str, str, str] | None = None  # (namespace, name, key) of the Slurm JWT (spec.slurm.restAPI)
 
 
 RunnerFactory = Callable[[str, Callable[[], Awaitable[str]]], Any]
+SlurmFactory = Callable[[str, str], Any]
 
 
 def runner_client(url: str, token: Callable[[], Awaitable[str]]) -> rc.RunnerClient:
     """One attempt and a retry, a short timeout: the doctor is run by a person waiting for it."""
     return rc.RunnerClient(url, token, timeout=10.0, max_retries=1, backoff_max=1.0)
+
+
+def slurm_client(url: str, api_version: str) -> sr.SlurmClient:
+    return sr.SlurmClient(url, api_version, timeout=10.0)
 
 
 async def _bounded(calls: list[Awaitable[Any]]) -> list[Any]:
@@ -211,16 +220,9 @@ async def _runner(kube: k.KubeAPI, t: Target, policy: tenancy.TenancyPolicy, mak
     if not tenancy.url_allowed(url, policy):
         return runner("not_allowed", f"{url} is not an API URL the operator allows (allowed: "
                       f"{', '.join(policy.allowed_api_urls)}; --allowed-api-url / SSB_ALLOWED_API_URLS)")
-    try:
-        value = (await kube.read_secret_key(ns, name, key)).strip()
-    except k.NotFound:
-        return runner("credentials", f"Secret {ns}/{name} not found")
-    except KeyError:
-        return runner("credentials", f"Secret {ns}/{name} has no key {key!r}")
-    except k.Forbidden as exc:
-        return runner("credentials", _denied(f"read Secret {ns}/{name}", exc))
-    if not value:
-        return runner("credentials", f"key {key!r} of Secret {ns}/{name} is empty")
+    value, missing = await _secret(kube, t.token)
+    if missing:
+        return runner("credentials", missing)
 
     async def token() -> str:
         return value
@@ -234,8 +236,58 @@ async def _runner(kube: k.KubeAPI, t: Target, policy: tenancy.TenancyPolicy, mak
     return runner("ok", policy_=got.policy, etag=got.etag)
 
 
+async def _secret(kube: k.KubeAPI, ref: tuple[str, str, str]) -> tuple[str, str]:
+    """(the value, "") or ("", what is wrong): never sent when empty or unreadable."""
+    ns, name, key = ref
+    try:
+        value = (await kube.read_secret_key(ns, name, key)).strip()
+    except k.NotFound:
+        return "", f"Secret {ns}/{name} not found"
+    except KeyError:
+        return "", f"Secret {ns}/{name} has no key {key!r}"
+    except k.Forbidden as exc:
+        return "", _denied(f"read Secret {ns}/{name}", exc)
+    return (value, "") if value else ("", f"key {key!r} of Secret {ns}/{name} is empty")
+
+
+async def _slurm(kube: k.KubeAPI, t: Target, policy: tenancy.TenancyPolicy, make: SlurmFactory,
+                 now: Callable[[], float]) -> tuple[slurm.SlurmObservation | None, str | None]:
+    """The binding's own request to slurmrestd, as the operator makes it (controller/slurm.py): its
+    partition, or a ping; (None, why) when the URL is not one the operator allows."""
+    rest = t.spec.slurm.rest_api
+    if rest is None or t.slurm_token is None:
+        return None, None
+    url, partition = rest.url.rstrip("/"), t.spec.partition
+    if not tenancy.url_allowed(rest.url, policy, policy.allowed_slurm_urls):
+        return None, (f"{rest.url} is not a slurmrestd URL the operator allows (allowed: "
+                      f"{', '.join(policy.allowed_slurm_urls) or 'none'}; --allowed-slurm-url / SSB_ALLOWED_SLURM_URLS)")
+
+    def fail(kind: str, detail: str) -> slurm.SlurmObservation:
+        return slurm.SlurmObservation(url, rest.user, partition, error=kind, detail=detail)
+
+    value, missing = await _secret(kube, t.slurm_token)
+    if missing:
+        return fail("credentials", missing), None
+    problem = slurm.token_problem(value, rest.user, now())
+    if problem is not None:
+        return fail("token", problem), None
+
+    async def token() -> str:
+        return value
+    client = make(url, rest.api_version)
+    try:
+        answer = await (client.partition(partition, rest.user, token) if partition is not None
+                        else client.ping(rest.user, token))
+    except sr.SlurmError as exc:
+        return fail(sr.kind(exc), str(exc)), None
+    finally:
+        await client.aclose()
+    return slurm.SlurmObservation(url, rest.user, partition, answer=answer), None
+
+
 async def gather(kube: k.KubeAPI, t: Target, policy: tenancy.TenancyPolicy, *,
-                 make_runner: RunnerFactory = runner_client) -> f.Observation:
+                 make_runner: RunnerFactory = runner_client, make_slurm: SlurmFactory = slurm_client,
+                 now: Callable[[], float] = time.time) -> f.Observation:
     kube.writable = lambda: False  # reads only: every write of Kube checks this gate first
     spec = t.spec
     violations = tuple(v.text() for v in tenancy.violations(spec, t.namespace, policy)) if t.binding else ()
@@ -244,6 +296,7 @@ async def gather(kube: k.KubeAPI, t: Target, policy: tenancy.TenancyPolicy, *,
     folded = _fold_pods(pods)
     access = await _access(kube, d, names) if sched_error is None else None
     nodes, slurmd, nodes_error = await _nodes(kube, t)
+    slurm_obs, slurm_refused = await _slurm(kube, t, policy, make_slurm, now)
     if t.sandbox_request is not None:
         need, need_how = t.sandbox_request, "--sandbox-requests"
     elif folded.largest is not None:
@@ -257,4 +310,5 @@ async def gather(kube: k.KubeAPI, t: Target, policy: tenancy.TenancyPolicy, *,
         expected_grace=spec.expected_grace_period_seconds, access=access, nodes=nodes, slurmd_pods=slurmd,
         nodes_error=nodes_error, sandbox_request=need, sandbox_request_how=need_how,
         client_annotations=tuple(spec.client_annotations),
-        runner=await _runner(kube, t, policy, make_runner), partition=spec.partition, slurm=None)
+        runner=await _runner(kube, t, policy, make_runner), partition=spec.partition,
+        slurm=slurm_obs, slurm_refused=slurm_refused)

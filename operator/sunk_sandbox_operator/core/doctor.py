@@ -23,6 +23,7 @@ from .policy_checks import policy_warnings, validate_policy
 from .policy_paths import PolicyError
 from .scheduler import Discovery
 from .scope import missing_summary, names
+from .slurm import ready_condition
 
 def _passed(id_: str, name: str, detail: str) -> Result:
     return Result(id_, name, True, detail)
@@ -295,35 +296,18 @@ def policy_fields(obs: Observation) -> Result:
     return _passed("policy", n, f"runner {r.runner_id}: no forbidden base field, no nodeSelector, no instance-type limit")
 
 
-_SLURM_FIXES = {
-    "not_allowed": Common.NOT_ALLOWED.fix,
-    "credentials": "create the Secret / key of the Slurm token",
-    "token": "issue a new token (`scontrol token username=USER lifespan=SECONDS`) and put it in the Secret",
-    "auth": "the token was refused: issue a new one for the Slurm user (`scontrol token username=USER`)",
-    "unreachable": "check the slurmrestd URL and that slurmctld answers it",
-    "api": "check the slurmrestd URL and its API version",
-}
-
-
 def partition_exists(obs: Observation) -> Result:
     n, s, p = "partition exists in Slurm", obs.slurm, obs.partition
-    if p is None:
-        return _skipped("partition", n, "no partition pinned: Slurm chooses")
+    if obs.slurm_refused:
+        return _failed("partition", n, f"{obs.slurm_refused}; the Slurm token was not sent", Common.NOT_ALLOWED.fix)
     if s is None:
-        return _skipped("partition", n, f"{p!r} pinned, Slurm not configured: "
-                        + obs.knob("set spec.slurm.restAPI", "pass --slurm-url, --slurm-user, --slurm-token-secret")
-                        + " to check it")
-    knob = obs.knob("spec.partition", "--partition")
-    if s.outcome == "not_found":
-        return _failed("partition", n, f"slurmrestd at {s.url} has no partition {p!r}",
-                       f"create it in slurm.conf (PartitionName={p} ...), or fix {knob}")
-    if s.outcome == "ok" and s.state != "UP":
-        return _failed("partition", n, f"partition {p!r} is {s.state or 'in an unknown state'}",
-                       f"bring it up: `scontrol update PartitionName={p} State=UP`, or fix {knob}")
-    if s.outcome != "ok":
-        return _failed("partition", n, f"slurmrestd at {s.url}: {s.message}",
-                       _SLURM_FIXES.get(s.outcome, _SLURM_FIXES["api"]))
-    return _passed("partition", n, f"{p!r} is UP (slurmrestd at {s.url})")
+        return _skipped("partition", n, ("no partition pinned: Slurm chooses" if p is None else f"{p!r} pinned") +
+                        "; Slurm not configured (" + obs.knob("spec.slurm.restAPI", "--slurm-url, --slurm-user, "
+                                                               "--slurm-token-secret") + "): not asked")
+    status, reason, message = ready_condition(s)  # SlurmReady's own verdict on the same request
+    if status == "True":
+        return _passed("partition", n, message)
+    return _failed("partition", n, message, reason.fix)
 
 
 Check = Callable[[Observation], "Result | None"]
@@ -347,7 +331,8 @@ READS: dict[str, str] = {
                    "`--field-selector spec.nodeName=NODE`",
     "runner-token": "GET the token Secret; POST `GetManagedRunner` (after the URL passed the operator's allow-list)",
     "policy": "nothing more (the `GetManagedRunner` answer)",
-    "partition": "GET the Slurm token Secret; GET `/slurm/VERSION/partition/NAME` (slurmrestd, when configured)",
+    "partition": "GET the Slurm token Secret; GET `/slurm/VERSION/partition/NAME` (or `/ping` with no partition "
+                 "pinned) at slurmrestd, when configured and allowed",
 }
 
 

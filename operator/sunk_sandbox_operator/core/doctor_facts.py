@@ -13,9 +13,7 @@ from typing import Any
 from . import grace as gr
 from .node_room import NodeRoom, Resources
 from .scheduler import Discovery
-
-SLURM_OUTCOMES = ("ok", "not_allowed", "credentials", "token", "not_found", "auth", "unreachable", "api")
-
+from .slurm import SlurmObservation
 
 @dataclass(frozen=True)
 class Result:
@@ -76,17 +74,6 @@ class Runner:
 
 
 @dataclass(frozen=True)
-class Slurm:
-    """The pinned partition asked of slurmrestd. outcome: one of SLURM_OUTCOMES."""
-
-    url: str
-    partition: str
-    outcome: str
-    state: str | None = None
-    message: str = ""
-
-
-@dataclass(frozen=True)
 class Observation:
     binding: str | None                  # namespace/name, or None: prerequisites (no binding yet)
     scheduler_namespace: str
@@ -109,7 +96,8 @@ class Observation:
     client_annotations: tuple[str, ...] = ()
     runner: Runner | None = None
     partition: str | None = None
-    slurm: Slurm | None = None
+    slurm: SlurmObservation | None = None  # the pinned partition (or a ping) asked of slurmrestd; None: not configured
+    slurm_refused: str | None = None       # slurmrestd's URL is not one the operator allows: nothing was sent
 
     def knob(self, spec_field: str, flag: str) -> str:
         """Where the admin sets it: the binding's field, or the doctor's flag before any binding."""
