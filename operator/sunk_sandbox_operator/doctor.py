@@ -243,9 +243,9 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     return 1 if bad else 0
 
 
-def kubectl_plugin() -> int:
+def kubectl_plugin(argv: list[str] | None = None) -> int:
     """`kubectl ssb doctor ...`: kubectl runs `kubectl-ssb doctor ...` from PATH."""
-    argv = sys.argv[1:]
+    argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] != ["doctor"]:
         print("usage: kubectl ssb doctor [NAMESPACE/NAME] [-o json] [flags]   (kubectl ssb doctor --help)",
               file=sys.stderr)
