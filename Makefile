@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 # Local-only dev tools (devcluster, demo) are not in the wheel: run them from the source tree.
 DEVTOOLS := PYTHONPATH=operator $(BIN)/python -m sunk_sandbox_devtools
 
-.PHONY: setup binaries helm promtool slurm demo test unit integration e2e bench bench-scale crd chart-sync clean devcluster-up devcluster-down
+.PHONY: setup binaries helm promtool slurm argocd-health demo test unit integration e2e bench bench-scale crd chart-sync clean devcluster-up devcluster-down
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,16 +32,21 @@ promtool: setup
 slurm: setup
 	$(DEVTOOLS) slurm install
 
+# argocd-health, built the same way from hack/argocd: Argo CD's own health engine (util/lua,
+# gitops-engine) on the shipped manifests/argocd health check.
+argocd-health: setup
+	$(DEVTOOLS) devcluster argocd-health
+
 demo: binaries
 	$(DEVTOOLS) demo
 
-test: binaries helm promtool slurm
+test: binaries helm promtool slurm argocd-health
 	$(BIN)/python -m pytest -ra
 
 unit: setup
 	$(BIN)/python -m pytest -ra tests/unit
 
-integration: binaries helm promtool slurm
+integration: binaries helm promtool slurm argocd-health
 	$(BIN)/python -m pytest -ra tests/integration
 
 e2e: binaries
