@@ -2,7 +2,8 @@
 
 Argo CD runs health scripts in gopher-lua (Lua 5.1) with the live object as the global
 `obj` (JSON numbers become floats) and reads `status` and `message` of the table the script
-returns. These tests do the same with lupa's Lua 5.1 runtime.
+returns. These tests do the same with lupa's Lua 5.1 runtime; tests/integration/
+test_argocd_health_engine.py runs these samples through Argo CD's own engine and expects the same.
 """
 
 from __future__ import annotations
