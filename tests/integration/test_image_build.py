@@ -1,17 +1,20 @@
 """The image's builder stage executed for real, on the host.
 
-No container engine runs here, so `test_builder_install_step_produces_a_working_venv`
+Without a container engine, `test_builder_install_step_produces_a_working_venv`
 replays the builder stage: it copies what the stage COPYs (honouring .dockerignore), runs its
 RUN lines with /opt/venv pointing into tmp_path, and then runs the console script the final
 stage's ENTRYPOINT names. It needs the package index (pip) and takes 30-90 s depending on the
 index's latency (the subprocess timeouts are the budget), so it is not a unit test. The static
-checks of the Dockerfile are in tests/unit/test_dockerfile.py.
+checks of the Dockerfile are in tests/unit/test_dockerfile.py; the image itself, built with
+buildah by `make image`, runs in tests/e2e/test_image.py.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -31,7 +34,9 @@ def test_builder_install_step_produces_a_working_venv(builder, final, tmp_path):
     """Replay the builder stage on the host (a real, non-editable `pip install .`)."""
     venv = tmp_path / "opt-venv"
     root = tmp_path / "rootfs"
-    root.mkdir()
+    (root / "etc").mkdir(parents=True)
+    for name in ("passwd", "group"):  # the base's files, which the builder appends to
+        shutil.copy(f"/etc/{name}", root / "etc" / name)
     workdir = root
     patterns = dockerignore_patterns()
     env = {k: v for k, v in os.environ.items() if k not in {"VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME"}}
@@ -58,9 +63,15 @@ def test_builder_install_step_produces_a_working_venv(builder, final, tmp_path):
                     dest = workdir / target / src.name if target.endswith("/") else workdir / target
                 copy_context(src, dest, source.rstrip("/"), patterns)
         elif ins.keyword == "RUN":
-            # Same command with the venv in tmp_path. Speed only: pip may use its cache, and
-            # skips byte-compiling (the image keeps it: its root filesystem is read-only).
-            command = ins.value.replace("/opt/venv", str(venv)).replace("--no-cache-dir", "")
+            # Same command with the venv in tmp_path and /etc in the replay's root, never the
+            # host's; without its --mount flags (the host's pip has the host's CA bundle). Speed
+            # only: pip may use its cache, and skips byte-compiling (the image keeps it: its root
+            # filesystem is read-only).
+            _, command = ins.run_parts()
+            command = command.replace("/opt/venv", str(venv)).replace("/etc/", f"{root}/etc/")
+            stray = [w for w in shlex.split(command) if w.startswith("/") and not w.startswith(str(tmp_path))]
+            assert not stray, f"the replay would touch the host: {stray} in RUN {ins.value}"
+            command = command.replace("--no-cache-dir", "")
             command = command.replace("pip install", "pip install --no-compile")
             done = subprocess.run(
                 ["sh", "-c", command], cwd=workdir, env=env, capture_output=True, text=True, timeout=600
@@ -70,6 +81,11 @@ def test_builder_install_step_produces_a_working_venv(builder, final, tmp_path):
             continue
         else:
             pytest.fail(f"the replay does not know builder instruction {ins.keyword}")
+
+    uid, _, gid = final.last("USER").value.partition(":")
+    assert any(line.split(":")[2:4] == [uid, gid] for line in (root / "etc" / "passwd").read_text().splitlines()), \
+        "no passwd entry for the final stage's USER"
+    assert any(line.split(":")[2] == gid for line in (root / "etc" / "group").read_text().splitlines())
 
     entry = final.last("ENTRYPOINT").exec_form()[0].replace("/opt/venv", str(venv))
     assert Path(entry).is_file(), "the ENTRYPOINT console script was not installed"
@@ -95,6 +111,7 @@ def test_builder_install_step_produces_a_working_venv(builder, final, tmp_path):
         assert needed in info["dists"], f"{needed} missing from the image venv"
     leaked = {"pytest", "pytest-asyncio", "hypothesis", "lupa"} & set(info["dists"])
     assert not leaked, f"test dependencies in the image: {sorted(leaked)}"
+    assert not {"pip", "setuptools"} & set(info["dists"]), "the shipped venv keeps no package manager"
 
     if (ROOT / "operator" / "sunk_sandbox_operator" / "__main__.py").exists():
         helped = subprocess.run(

@@ -56,6 +56,12 @@ class Instruction:
                 args.append(token)
         return flags, args
 
+    def run_parts(self) -> tuple[dict[str, str], str]:
+        """A RUN's leading flags (`--mount=...`) and its shell command, verbatim."""
+        match = re.match(r"((?:--\S+\s+)*)(.*)", self.value, re.S)
+        flags = dict(f[2:].partition("=")[::2] for f in match.group(1).split())
+        return flags, match.group(2)
+
 
 @dataclass
 class Stage:
@@ -235,11 +241,42 @@ def test_final_environment_and_ports(final):
     assert {str(p["containerPort"]) for p in container["ports"]} == exposed
 
 
-def test_final_stage_installs_nothing_and_copies_only_the_venv(final):
+def test_final_stage_installs_nothing_and_copies_only_the_venv_and_its_user(final):
     assert not final.all("RUN"), "the final stage runs nothing: no build tools, no package managers"
     assert not final.all("ADD")
     copies = [ins.flags_and_args() for ins in final.all("COPY")]
-    assert copies == [({"from": "builder"}, ["/opt/venv", "/opt/venv"])]
+    assert copies == [({"from": "builder"}, ["/etc/passwd", "/etc/group", "/etc/"]),
+                      ({"from": "builder"}, ["/opt/venv", "/opt/venv"])]
+
+
+def test_the_user_has_passwd_and_group_entries(builder, final):
+    """kopf names the operator after getpass.getuser(), which raises for a uid without an entry
+    (found by running the image: tests/e2e/test_image.py). The builder appends them to the same
+    base's files, and the final stage copies those."""
+    uid, _, gid = final.last("USER").value.partition(":")
+    written = " ".join(ins.run_parts()[1] for ins in builder.all("RUN"))
+    passwd = re.search(rf'"(\w+):x:{uid}:{gid}:[^:"]*:([^:"]*):([^:"]*)" >> /etc/passwd', written)
+    assert passwd, "no passwd entry for the final stage's USER"
+    name, home, shell = passwd.groups()
+    assert home == final.env()["HOME"]
+    assert shell.endswith("nologin")
+    assert re.search(rf'"{name}:x:{gid}:" >> /etc/group', written), "no group entry"
+
+
+def test_the_ca_bundle_secret_reaches_only_the_pip_step(builder, final):
+    """Where the package index is behind a TLS-inspecting proxy, the host's bundle is a build secret
+    mounted for pip only (never a COPY, never in the final stage); without it the step is unchanged."""
+    mounted = [(ins.run_parts()[0], ins.run_parts()[1]) for ins in builder.all("RUN") if ins.run_parts()[0]]
+    assert len(mounted) == 1
+    flags, command = mounted[0]
+    assert "pip install" in command
+    options = dict(o.partition("=")[::2] for o in flags["mount"].split(","))
+    assert options == {"type": "secret", "id": "ca-bundle", "target": "/etc/ssl/certs/ca-certificates.crt",
+                       "required": "false"}
+    for ins in final.instructions:
+        assert "ca-certificates" not in ins.value and "--mount" not in ins.value
+    for ins in builder.all("COPY") + builder.all("ADD"):
+        assert ".crt" not in ins.value and ".pem" not in ins.value
 
 
 def test_builder_installs_the_project_without_test_extras(builder):
