@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 # Local-only dev tools (devcluster, demo) are not in the wheel: run them from the source tree.
 DEVTOOLS := PYTHONPATH=operator $(BIN)/python -m sunk_sandbox_devtools
 
-.PHONY: setup binaries helm promtool slurm argocd-health demo test unit integration e2e bench bench-scale crd chart-sync clean devcluster-up devcluster-down
+.PHONY: setup binaries helm promtool slurm argocd-health image demo test unit integration e2e bench bench-scale crd chart-sync clean devcluster-up devcluster-down
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,10 +37,15 @@ slurm: setup
 argocd-health: setup
 	$(DEVTOOLS) devcluster argocd-health
 
+# The operator image: a Debian base made with debootstrap, then `buildah bud` of the Dockerfile
+# (vfs storage, chroot isolation; no registry, no daemon). Cached under ~/.cache/sunk-sandbox-operator/image/.
+image: setup
+	$(DEVTOOLS) image
+
 demo: binaries
 	$(DEVTOOLS) demo
 
-test: binaries helm promtool slurm argocd-health
+test: binaries helm promtool slurm argocd-health image
 	$(BIN)/python -m pytest -ra
 
 unit: setup
@@ -49,7 +54,7 @@ unit: setup
 integration: binaries helm promtool slurm argocd-health
 	$(BIN)/python -m pytest -ra tests/integration
 
-e2e: binaries
+e2e: binaries image
 	$(BIN)/python -m pytest -ra tests/e2e
 
 bench: bench-scale

@@ -11,6 +11,7 @@ commands:
   devcluster  up | down | env | build: a local etcd + kube-apiserver
   slurm       install | up: slurmctld + slurmd + slurmrestd (JWT) for the tests
   demo        the whole thing locally: control plane, emulator, operator, example binding
+  image       build the operator image with buildah on a debootstrap base (cached)
   chart       sync: write the Helm chart's copies (CRD, alerts, dashboard), appVersion, README values table
 """
 
@@ -30,6 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     if command == "slurm":
         from . import slurm
         return slurm.main(rest)
+    if command == "image":
+        from . import image
+        return image.main(rest)
     if command == "demo":
         from . import demo
         return demo.main(rest)

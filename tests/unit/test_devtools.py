@@ -69,7 +69,7 @@ def test_cli_usage_and_unknown_command(capsys):
     assert "unknown command 'nope'" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("argv", [["devcluster", "--help"], ["demo", "--help"]])
+@pytest.mark.parametrize("argv", [["devcluster", "--help"], ["demo", "--help"], ["image", "--help"]])
 def test_cli_dispatches_to_the_tools(argv, capsys):
     with pytest.raises(SystemExit) as exited:
         cli.main(argv)
