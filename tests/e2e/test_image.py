@@ -6,7 +6,8 @@ image's `sunk-sandbox-operator` with the Deployment's arguments, as the shipped 
 (a TokenRequest kubeconfig mounted read-only, owned by the image's user), and the image's
 `runner-api-emulator` as the runner API. Checked: liveness and readiness answer, the example
 binding becomes Ready and its policy is written, the processes run as 65532, SIGTERM stops the
-operator cleanly; every command the image ships works inside it; the image holds the product and
+operator cleanly, and `doctor` inside it reads the binding as the tree's does; every command the
+image ships works inside it; the image holds the product and
 its dependencies only (no test or dev tools, no pip) and not the host's CA bundle.
 """
 
@@ -15,10 +16,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
 import time
+import tomllib
 import urllib.request
 import uuid
 from pathlib import Path
@@ -165,17 +168,30 @@ def test_the_hosts_ca_bundle_was_for_the_build_only(buildah, container, base_bun
 
 
 def test_every_command_it_ships_works_inside_it(buildah, container):
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    listed = in_image(buildah, container, "python", "-c", "import importlib.metadata as m, json; print(json.dumps("
+                      "{'ours': sorted(e.name for e in m.distribution('sunk-sandbox-operator').entry_points"
+                      " if e.group == 'console_scripts'), 'all': sorted(e.name for e in m.entry_points("
+                      "group='console_scripts'))}))")
+    found = json.loads(listed.stdout)
+    assert found["ours"] == sorted(scripts), "the image's console scripts are pyproject's"
+    print(f"\nconsole scripts of the dependencies (not ours): {sorted(set(found['all']) - set(scripts))}")
+    for script in scripts:
+        helped = in_image(buildah, container, script, "--help")
+        assert helped.returncode == 0, (script, helped.stderr)
+
     version = in_image(buildah, container, "sunk-sandbox-operator", "--version")
     assert (version.returncode, version.stdout) == (0, f"sunk-sandbox-operator {__version__}\n"), version.stderr
-    usage = in_image(buildah, container, "sunk-sandbox-operator", "--help")
-    assert usage.returncode == 0
-    commands = ("run", "runner-api-emulator", "render-policy", "crd")
+    usage = in_image(buildah, container, "sunk-sandbox-operator", "--help").stdout
+    commands = re.findall(r"^  ([a-z][\w-]*)\s{2,}", usage, re.M)
+    assert {"run", "doctor", "runner-api-emulator", "render-policy", "crd"} <= set(commands), usage
     for command in commands:
-        assert re.search(rf"^  {command} ", usage.stdout, re.M), command
         helped = in_image(buildah, container, "sunk-sandbox-operator", command, "--help")
-        if command == "crd":  # takes no arguments: prints the CRD
-            continue
-        assert helped.returncode == 0 and "usage:" in helped.stdout, (command, helped.stderr)
+        assert helped.returncode == 0, (command, helped.stderr)
+        if command != "crd":  # takes no arguments: prints the CRD (below)
+            assert "usage:" in helped.stdout, (command, helped.stdout)
+    plugin = in_image(buildah, container, "kubectl-ssb", "doctor", "--help")
+    assert plugin.returncode == 0 and "usage: kubectl ssb doctor" in plugin.stdout, plugin.stderr
 
     crd = in_image(buildah, container, "sunk-sandbox-operator", "crd")
     assert crd.returncode == 0, crd.stderr
@@ -190,7 +206,7 @@ def test_every_command_it_ships_works_inside_it(buildah, container):
     on_host = subprocess.run([sys.executable, "-m", "sunk_sandbox_operator", *host_argv], input="null",
                              capture_output=True, text=True, timeout=60)
     assert (rendered.stdout, rendered.stderr) == (on_host.stdout, on_host.stderr), "the image and the tree disagree"
-    # `run` and `runner-api-emulator` run for real below.
+    # `run`, `runner-api-emulator` and `doctor` (both ways) run for real below.
 
 
 # ---------------------------------------------------------------- the image against a control plane
@@ -287,6 +303,32 @@ def deployment_args(liveness_port: int, metrics_port: int) -> list[str]:
     return out
 
 
+def doctor_agrees_with_the_tree(buildah, container, kube, work: Path) -> None:
+    """`doctor` on the Ready binding, as a user runs it (the admin's kubeconfig, the operator's
+    settings as flags): inside the image, both as a command and as the kubectl plugin, the same
+    verdicts as the tree's own `doctor`."""
+    admin = work / "admin.kubeconfig"
+    shutil.copy(kube.cluster.kubeconfig, admin)
+    os.chown(admin, UID, UID)
+    os.chmod(admin, 0o400)
+    args = [f"{NS}/cpu-sandboxes", "-o", "json", "--allowed-api-url", "http://127.0.0.1:*"]
+    on_host = subprocess.run([str(Path(sys.executable).parent / "sunk-sandbox-operator"), "doctor", *args],
+                             env={"PATH": os.environ["PATH"], "HOME": str(work), "KUBECONFIG": str(admin)},
+                             capture_output=True, text=True, timeout=120)
+    assert on_host.returncode in (0, 1), on_host.stderr
+    expected = [(c["id"], c["ok"]) for c in json.loads(on_host.stdout)["checks"]]
+    for argv in (["sunk-sandbox-operator", "doctor"], ["kubectl-ssb", "doctor"]):
+        done = subprocess.run(run_argv(buildah, container, [*argv, *args], env={"KUBECONFIG": "/mnt/admin.kubeconfig"},
+                                       volumes=[f"{admin}:/mnt/admin.kubeconfig:ro"]),
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode in (0, 1), (argv, done.stderr)  # 2: it could not read the cluster
+        report = json.loads(done.stdout)
+        assert report["binding"] == f"{NS}/cpu-sandboxes"
+        assert [(c["id"], c["ok"]) for c in report["checks"]] == expected, argv
+    print(f"doctor in the image: {len(expected)} checks, failing (no kubelet, no Slurm here): "
+          f"{[i for i, ok in expected if ok is False]}")
+
+
 def test_the_image_runs_the_operator_against_the_control_plane(buildah, container, config, plane):
     from sunk_sandbox_devtools.devcluster import free_port
 
@@ -340,6 +382,8 @@ def test_the_image_runs_the_operator_against_the_control_plane(buildah, containe
         assert f'ssb_condition{{binding="{NS}/cpu-sandboxes",condition="Ready",status="True"}} 1' in text
         lines = [line for line in operator.log.read_text().splitlines() if line.strip()]
         assert lines and all(json.loads(line) for line in lines), "--log-format=json: one object a line"
+
+        doctor_agrees_with_the_tree(buildah, container, kube, work)
 
         kube.kubectl("delete", "ssb", "-n", NS, "cpu-sandboxes", "--timeout=60s")  # the finalizer restores
         policy = json.loads(get(f"{emulator_url}/_emulator/state")[1])["runners"]["runner-7f3a"]["policy"]
