@@ -70,30 +70,9 @@ def _run(argv: list[str]) -> int:
                         help="directory holding the webhook's tls.crt and tls.key, as a cert-manager Certificate's "
                         "Secret is mounted (SSB_WEBHOOK_CERT_DIR)")
     args = parser.parse_args(argv)
-    if args.allowed_api_url:
-        os.environ["SSB_ALLOWED_API_URLS"] = ",".join(args.allowed_api_url)
-    if args.allow_reach:
-        os.environ["SSB_ALLOWED_REACH"] = ";".join(args.allow_reach)
-    if args.allowed_slurm_url:
-        os.environ["SSB_ALLOWED_SLURM_URLS"] = ",".join(args.allowed_slurm_url)
-    from .core.tenancy import check_allowed_urls
-
-    for flag, name in (("--allowed-api-url", "SSB_ALLOWED_API_URLS"), ("--allowed-slurm-url", "SSB_ALLOWED_SLURM_URLS")):
-        bad = check_allowed_urls(u.strip().removesuffix(":*") for u in os.environ.get(name, "").split(",") if u.strip())
-        if bad:
-            parser.error(f"{flag} / {name}: " + "; ".join(bad))
-    if args.allow_match_all:
-        os.environ["SSB_ALLOW_MATCH_ALL"] = "true"
-    for flag, name in (("sandbox_namespace_selector", "SSB_SANDBOX_NAMESPACE_SELECTOR"),
-                       ("min_resync_interval", "SSB_MIN_RESYNC_INTERVAL")):
-        if getattr(args, flag) is not None:
-            os.environ[name] = getattr(args, flag)
     from .controller import config
 
-    try:
-        config.load().tenancy()
-    except ValueError as exc:  # a setting that does not parse: say which, do not start
-        parser.error(str(exc))
+    config.tenancy_from_flags(args, parser.error)  # a setting that does not parse: said, and no start
     os.environ["SSB_METRICS_PORT"] = str(args.metrics_port)
     for flag, name in (("webhook_port", "SSB_WEBHOOK_PORT"), ("webhook_address", "SSB_WEBHOOK_ADDRESS"),
                        ("webhook_cert_dir", "SSB_WEBHOOK_CERT_DIR")):

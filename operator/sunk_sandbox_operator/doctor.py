@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 from typing import Any
 
@@ -142,27 +141,9 @@ def _prerequisites(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
 
 def _settings(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Any:
     """The operator's tenancy settings: the `run` flags given here, else its SSB_* variables."""
-    if args.allowed_api_url:
-        os.environ["SSB_ALLOWED_API_URLS"] = ",".join(args.allowed_api_url)
-    if args.allowed_slurm_url:
-        os.environ["SSB_ALLOWED_SLURM_URLS"] = ",".join(args.allowed_slurm_url)
-    if args.allow_reach:
-        os.environ["SSB_ALLOWED_REACH"] = ";".join(args.allow_reach)
-    if args.sandbox_namespace_selector is not None:
-        os.environ["SSB_SANDBOX_NAMESPACE_SELECTOR"] = args.sandbox_namespace_selector
     from .controller import config
-    from .core.tenancy import check_allowed_urls
 
-    cfg = config.load()
-    for urls, name in ((cfg.allowed_api_urls, "--allowed-api-url / SSB_ALLOWED_API_URLS"),
-                       (cfg.allowed_slurm_urls, "--allowed-slurm-url / SSB_ALLOWED_SLURM_URLS")):
-        bad = check_allowed_urls(u.removesuffix(":*") for u in urls)
-        if bad:
-            parser.error(f"{name}: " + "; ".join(bad))
-    try:
-        return cfg.tenancy()
-    except ValueError as exc:
-        parser.error(str(exc))
+    return config.tenancy_from_flags(args, parser.error)
 
 
 async def _observe(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Any:

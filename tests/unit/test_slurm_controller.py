@@ -73,6 +73,19 @@ def jobs_status(h, name: str = "b") -> dict:
     return h.kube.get("bindings", NS, name)["status"]["placement"].get("jobs") or {}
 
 
+async def one_matched_job(harness):
+    """A reconciled binding whose one sandbox pod has its placeholder job, seen by a poll."""
+    h, fake = setup(harness)
+    state = binding(h)
+    await reconcile.reconcile(h.ctx, state)
+    watch.on_pod(h.ctx, "ADDED", pod(h, "p"))
+    fake.submit("ds-alice/p")
+    await h.clock.advance(POLL)
+    await h.run_until_idle()
+    assert jobs_status(h)["matched"] == 1
+    return h, fake, state
+
+
 async def test_without_rest_api_slurm_is_not_read_and_nothing_polls(harness) -> None:
     h, fake = setup(harness)
     state = h.binding(binding_body("b", NS, scheduler={"killWaitSeconds": 60}), active=False)
@@ -173,14 +186,7 @@ async def test_placeholder_jobs_found_stuck_and_missing(harness) -> None:
 
 
 async def test_slurm_unreachable_is_its_own_condition_and_nothing_else_degrades(harness) -> None:
-    h, fake = setup(harness)
-    state = binding(h)
-    await reconcile.reconcile(h.ctx, state)
-    watch.on_pod(h.ctx, "ADDED", pod(h, "p"))
-    fake.submit("ds-alice/p")
-    await h.clock.advance(POLL)
-    await h.run_until_idle()
-    assert jobs_status(h)["matched"] == 1
+    h, fake, state = await one_matched_job(harness)
     fake.down = True
     state.wake.clear()
     await h.clock.advance(POLL)
@@ -234,14 +240,7 @@ async def test_the_token_read_at_use_checked_offline_and_never_shown(harness) ->
 
 
 async def test_a_token_refused_mid_way_drops_the_binding_from_the_list(harness) -> None:
-    h, fake = setup(harness)
-    state = binding(h)
-    await reconcile.reconcile(h.ctx, state)
-    watch.on_pod(h.ctx, "ADDED", pod(h, "p"))
-    fake.submit("ds-alice/p")
-    await h.clock.advance(POLL)
-    await h.run_until_idle()
-    assert jobs_status(h)["matched"] == 1
+    h, fake, state = await one_matched_job(harness)
     fake.tokens.clear()  # revoked in Slurm
     state.wake.clear()
     await h.clock.advance(POLL)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Any, Callable
 
 from ..core import resync, selectors
-from ..core.tenancy import DEFAULT_API_URLS, DEFAULT_GRANT_ROLES, TenancyPolicy, parse_reach
+from ..core.tenancy import DEFAULT_API_URLS, DEFAULT_GRANT_ROLES, TenancyPolicy, check_allowed_urls, parse_reach
 
 
 def _float(name: str, default: float) -> float:
@@ -134,3 +135,31 @@ def load() -> Config:
         slurm_pending_polls=int(_float("SSB_SLURM_PENDING_POLLS", 3)),
         slurm_timeout_seconds=_float("SSB_SLURM_TIMEOUT_SECONDS", 15.0),
     )
+
+
+def tenancy_from_flags(args: Any, error: Callable[[str], Any]) -> TenancyPolicy:
+    """The tenancy settings a command line gives (`run` and `doctor` share the flags), else the SSB_*
+    variables, checked: `error` is called with the setting named when one does not parse."""
+    for flag, name, sep in (("allowed_api_url", "SSB_ALLOWED_API_URLS", ","),
+                            ("allowed_slurm_url", "SSB_ALLOWED_SLURM_URLS", ","),
+                            ("allow_reach", "SSB_ALLOWED_REACH", ";")):
+        if getattr(args, flag, None):
+            os.environ[name] = sep.join(getattr(args, flag))
+    if getattr(args, "allow_match_all", False):
+        os.environ["SSB_ALLOW_MATCH_ALL"] = "true"
+    for flag, name in (("sandbox_namespace_selector", "SSB_SANDBOX_NAMESPACE_SELECTOR"),
+                       ("min_resync_interval", "SSB_MIN_RESYNC_INTERVAL")):
+        if getattr(args, flag, None) is not None:
+            os.environ[name] = getattr(args, flag)
+    try:
+        cfg = load()
+        policy = cfg.tenancy()
+    except ValueError as exc:  # a setting that does not parse: say which, do not start
+        error(str(exc))
+        raise
+    for urls, name in ((cfg.allowed_api_urls, "--allowed-api-url / SSB_ALLOWED_API_URLS"),
+                       (cfg.allowed_slurm_urls, "--allowed-slurm-url / SSB_ALLOWED_SLURM_URLS")):
+        bad = check_allowed_urls(u.removesuffix(":*") for u in urls)
+        if bad:
+            error(f"{name}: " + "; ".join(bad))
+    return policy
