@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 # Local-only dev tools (devcluster, demo) are not in the wheel: run them from the source tree.
 DEVTOOLS := PYTHONPATH=operator $(BIN)/python -m sunk_sandbox_devtools
 
-.PHONY: setup binaries helm promtool slurm argocd-health image demo test unit integration e2e bench bench-scale crd chart-sync clean devcluster-up devcluster-down
+.PHONY: setup binaries helm promtool slurm argocd-health image tools-start demo test unit integration e2e bench bench-scale crd chart-sync clean devcluster-up devcluster-down
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,7 +45,12 @@ image: setup
 demo: binaries
 	$(DEVTOOLS) demo
 
-test: binaries helm promtool slurm argocd-health image
+# helm, promtool, argocd-health and the image are built in the background while the tests that need
+# none of them run (sunk_sandbox_devtools/tools.py); slurm first, so two apt-get never run at once.
+tools-start: setup
+	$(DEVTOOLS) tools start
+
+test: slurm tools-start binaries
 	$(BIN)/python -m pytest -ra
 
 unit: setup

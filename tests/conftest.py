@@ -23,6 +23,17 @@ OPERATOR_NS = "sunk-sandbox-operator-system"
 OPERATOR_SA = "sunk-sandbox-operator"
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests that need a tool `make test` builds in the background (sunk_sandbox_devtools.tools) run
+    last, in the order the tools are built: the rest of the suite runs while they build."""
+    from sunk_sandbox_devtools.tools import ORDER
+
+    def late(item) -> int:
+        mark = item.get_closest_marker("needs_tool")
+        return ORDER.index(mark.args[0]) + 1 if mark else 0
+    items.sort(key=late)  # stable: the order within each group is kept
+
+
 @pytest.fixture(scope="session")
 def cluster():
     from sunk_sandbox_devtools import devcluster

@@ -12,6 +12,7 @@ commands:
   slurm       install | up: slurmctld + slurmd + slurmrestd (JWT) for the tests
   demo        the whole thing locally: control plane, emulator, operator, example binding
   image       build the operator image with buildah on a debootstrap base (cached)
+  tools       start | build: helm, promtool, argocd-health and the image (start: in the background)
   chart       sync: write the Helm chart's copies (CRD, alerts, dashboard), appVersion, README values table
 """
 
@@ -34,6 +35,9 @@ def main(argv: list[str] | None = None) -> int:
     if command == "image":
         from . import image
         return image.main(rest)
+    if command == "tools":
+        from . import tools
+        return tools.main(rest)
     if command == "demo":
         from . import demo
         return demo.main(rest)

@@ -33,7 +33,7 @@ from sunk_sandbox_operator import __version__
 from tests.conftest import OPERATOR_NS, OPERATOR_SA, REPO, TEST_ENV, Kube, install_manifests, wait_for
 from tests.integration.conftest import ADMIN_TOKEN, make_scheduler
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.needs_tool("image")]
 
 NS = "tenant-slurm"
 UID = 65532

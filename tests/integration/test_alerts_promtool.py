@@ -18,7 +18,7 @@ import yaml
 
 from tests.unit.test_monitoring import RULES, rule_objects
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.needs_tool("promtool")]
 
 BINDING = "tenant-slurm/cpu-sandboxes"
 LEASE = 'kube_lease_renew_time{lease="sunk-sandbox-operator", namespace="sunk-sandbox-operator-system"}'

@@ -24,7 +24,7 @@ import yaml
 
 from tests.unit.test_argocd_health import ARGOCD_KEY, HEALTH_LUA, binding, condition, full_status, run_health
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.needs_tool("argocd-health")]
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPONENT = ROOT / "manifests" / "argocd"

@@ -30,7 +30,7 @@ from tests.integration.conftest import ADMIN_TOKEN, make_scheduler
 from tests.integration.test_manifests_kustomize import ids, kustomize_build
 from tests.unit.test_manifests import MANIFESTS, OPERATOR_NS, SA
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.needs_tool("helm")]
 
 CHART = REPO / "charts" / "sunk-sandbox-operator"
 RELEASE = "sunk-sandbox-operator"

@@ -160,6 +160,7 @@ def template_annotations(kube, ns: str) -> dict:
     return dict(dep.spec.template.metadata.annotations or {})
 
 
+@pytest.mark.needs_tool("helm")
 def test_helm_upgrade_reverting_the_list_is_restored_and_the_scheduler_rolled(installed, operator, emulator, ns):
     grant_secret_read(installed, ns)
     create_token_secret(installed, ns)

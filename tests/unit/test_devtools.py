@@ -189,3 +189,58 @@ def test_kubebuilder_assets_win_and_must_be_complete(tmp_path, monkeypatch):
     (tmp_path / "kubectl").unlink()
     with pytest.raises(RuntimeError, match="lacks kubectl"):
         devcluster.ensure_binaries()
+
+
+# ---------------------------------------------------------------- tools built in the background
+
+
+def test_tools_start_builds_in_the_background_only_what_is_missing(tmp_path, monkeypatch):
+    from sunk_sandbox_devtools import tools
+
+    monkeypatch.setattr(tools, "LOG", tmp_path / "tools-build.log")
+    present = tmp_path / "helm"
+    present.write_text("")
+    absent = tmp_path / "promtool"
+    monkeypatch.setattr(tools, "GO_TOOLS", (("helm", lambda: None, lambda: present),
+                                            ("promtool", lambda: None, lambda: absent)))
+    started: list[dict] = []
+    assert tools.start(popen=lambda argv, **kw: started.append({"argv": argv, **kw})) is True
+    (call,) = started
+    assert call["argv"][-2:] == ["tools", "build"] and call["start_new_session"] is True
+    assert call["stdin"] is tools.subprocess.DEVNULL and call["preexec_fn"] is not None
+    absent.write_text("")  # warm: nothing starts
+    assert tools.start(popen=lambda *a, **kw: started.append(kw)) is False and len(started) == 1
+
+
+def test_a_build_failure_in_one_lane_does_not_stop_the_other(monkeypatch):
+    from sunk_sandbox_devtools import tools
+
+    built: list[str] = []
+
+    def fails() -> None:
+        raise RuntimeError("no network")
+    monkeypatch.setattr(tools, "_image", lambda: built.append("image"))
+    monkeypatch.setattr(tools, "GO_TOOLS", (("helm", fails, lambda: None),
+                                            ("promtool", lambda: built.append("promtool"), lambda: None)))
+    assert tools.build() == 1
+    assert sorted(built) == ["image", "promtool"]
+
+
+def test_every_test_that_needs_a_background_tool_is_marked_so_it_runs_last():
+    """A test calling ensure_helm & co. without the marker would wait for the background build
+    early instead of running last (tests/conftest.py orders by the marker)."""
+    import re
+
+    calls = re.compile(r"ensure_(helm|promtool|argocd_health|image)\(")
+    root = Path(__file__).resolve().parents[1]
+    unmarked = []
+    for path in sorted(root.rglob("test_*.py")):
+        if "unit" in path.parts:
+            continue  # unit tests never build a tool (fakes only)
+        text = path.read_text()
+        for m in calls.finditer(text):
+            tool = m.group(1).replace("_", "-")
+            marked = f'needs_tool("{tool}")' in text
+            if not marked:
+                unmarked.append(f"{path.relative_to(root)}: ensure_{m.group(1)}")
+    assert not unmarked, unmarked
