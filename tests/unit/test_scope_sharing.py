@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from sunk_sandbox_operator.api.keys import SCOPE_HASH_ANNOTATION
 from sunk_sandbox_operator.api.spec import LabelSelector
-from sunk_sandbox_operator.controller import grants, scope, watch
+from sunk_sandbox_operator.controller import scope, watch
+from sunk_sandbox_operator.core.scope_plan import DENIED_RECHECK_SECONDS
 from sunk_sandbox_operator.core import conflicts
 from sunk_sandbox_operator.core import scope as sc
 
@@ -100,7 +101,7 @@ async def test_a_burst_asks_only_about_new_namespaces_and_the_denied_again_after
         in condition()["message"]
     allowed |= {"ds-known", "ds-two"}  # the grant arrives; asked again once the pacing allows
     mark = len(h.kube.calls)
-    await h.clock.advance(grants.DENIED_RECHECK_SECONDS)
+    await h.clock.advance(DENIED_RECHECK_SECONDS)
     watch.on_namespace(h.ctx, "ADDED", namespace("ds-four"))
     await h.run_until_idle()
     assert {"ds-known", "ds-two", "ds-four"} <= set(asked(mark))

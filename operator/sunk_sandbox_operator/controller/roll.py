@@ -1,148 +1,65 @@
-"""Rolling the scheduler onto the list in its target (a pod-template annotation patch).
+"""Rolling the scheduler onto the list in its target: list its workloads, patch the pod template (I/O).
 
-Level-triggered: the template records the list's hash and the ledger generation it was rolled
-for (`core.scope.decide_roll` compares them with the target). A write that puts back what
-another writer removed bumps the generation only when the scheduler may have restarted on the
-other list meanwhile (`rewrites_running_list`, from managedFields times: the API server's clock).
+When to roll, and what to patch, is decided in core (`core.scope_plan`, `core.roll_pacing.when_to_roll`,
+`core.scope.decide_roll`); the template records the list's hash and the ledger generation it was
+rolled for. A refused read or patch is returned as a fact for the plan's check chain; only the
+Restore path, which is not rationed, turns it into a Problem itself.
 """
 
 from __future__ import annotations
-
-from typing import Callable
 
 from ..core.problems import Problem
 from ..api.events import EventReason
 from ..adapters import kube as k
 from ..adapters import scheduler as sched
-from ..adapters import targets
-from ..api.keys import FIELD_MANAGER, SCOPE_GENERATION_ANNOTATION, SCOPE_HASH_ANNOTATION
-from ..api.reasons import ScopeSynced, grant_targets
-from ..api.spec import BindingSpec
-from ..core import managers
-from ..core import roll_pacing as pacing
+from ..api.keys import SCOPE_GENERATION_ANNOTATION, SCOPE_HASH_ANNOTATION
 from ..core import scope as sc
+from ..core import scope_plan as sp
 from ..core.scheduler import Discovery
-from ..core.scheduler_conf import parse_go_duration
 from .context import Context
-from .state import BindingState, ScopeMemory
+from .state import BindingState
 
 
-async def rewrites_running_list(ctx: Context, state: BindingState, target: targets.ScopeTarget,
-                                 read: targets.TargetRead, decision: sc.ListDecision) -> bool:
-    """Must the scheduler re-read the list this write makes, even if its template already carries
-    these names' hash? A write that changes our list rolls it by the hash anyway: yes. A write
-    putting back what another writer removed: only when another manager changed the scheduler's
-    pod template since that removal (a `helm upgrade` restarting it on the chart's list); a revert
-    alone (a no-op upgrade, an admin's edit) left the running scheduler on our list."""
-    if not decision.reverted or target.kind != "ConfigMap" or not target.can_roll:
-        return True
-    meta = read.obj.get("metadata")
-    since = managers.last_foreign_change(meta, ("data", getattr(target, "key", "")), FIELD_MANAGER)
-    if since is None:
-        return True  # who removed them is not recorded: roll to be sure
+async def workloads(ctx: Context, namespace: str) -> tuple[tuple[dict, ...] | None, str | None]:
+    """The Deployments and StatefulSets that may run the scheduler, or why they could not be listed."""
     try:
-        dep = sc.scheduler_workload(await sched.list_workloads(ctx.kube, _discovered(state).namespace),
-                                    state.admitted_spec.scheduler.pod_selector)
-    except k.Forbidden:
-        return True
-    return dep is not None and managers.changed_since(dep.get("metadata"), ("spec", "template"), since, FIELD_MANAGER)
+        return tuple(await sched.list_workloads(ctx.kube, namespace)), None
+    except k.Forbidden as exc:
+        return None, str(exc)
 
 
-async def roll(ctx: Context, state: BindingState, values: list[str], *, wrote: bool,
-               generation: int | None = None, may_patch: Callable[[], bool] = lambda: True) -> tuple[str | None, bool]:
-    """Set the pod-template scope hash of the Deployment or StatefulSet running the scheduler when
-    it differs from the target, or the target's list was written since the roll (rolls the scheduler).
-    `may_patch`: asked once a patch is found needed (False: not now, the caller folds it for later).
-    (a note for the condition message, whether it rolled)."""
+async def patch(ctx: Context, state: BindingState, namespace: str, d: sc.RollDecision) -> tuple[bool, str | None]:
+    """Set the pod-template scope hash (rolls the scheduler). (whether it rolled: False when the
+    workload is gone; why the patch was refused, or None)."""
+    assert d.workload is not None and d.hash is not None  # a decision to patch
+    try:
+        rolled = await sched.set_scope_hash(ctx.kube, namespace, d.kind, d.workload, d.hash, d.generation)
+    except k.Forbidden as exc:
+        return False, str(exc)
+    if rolled:
+        gen = f", {SCOPE_GENERATION_ANNOTATION}={d.generation}" if d.generation is not None else ""
+        ctx.event(state, EventReason.SCHEDULER_RESTARTED, f"{d.kind} {namespace}/{d.workload}: pod-template "
+                  f"{SCOPE_HASH_ANNOTATION}={d.hash}{gen} (the watched list was written since the last roll)")
+    return rolled, None
+
+
+async def roll(ctx: Context, state: BindingState, values: list[str]) -> None:
+    """After a Restore wrote the list: roll the scheduler onto it when its template says otherwise (not
+    rationed: the binding is leaving). A Problem when that is not permitted."""
     ns = _discovered(state).namespace
-    try:
-        workloads = await sched.list_workloads(ctx.kube, ns)
-    except k.Forbidden as exc:
-        raise Problem(ScopeSynced.FORBIDDEN, f"the operator may not list Deployments and "
-                                    f"StatefulSets in {ns}: {exc}; {grant_targets(ns)}") from None
-    decision = sc.decide_roll(workloads, state.admitted_spec.scheduler.pod_selector, ns, values, wrote=wrote,
-                              hash_annotation=SCOPE_HASH_ANNOTATION, generation=generation,
-                              generation_annotation=SCOPE_GENERATION_ANNOTATION)
-    if decision.workload is None or decision.hash is None:  # set together
-        return decision.note, False
-    if not may_patch():
-        return None, False
-    try:
-        rolled = await sched.set_scope_hash(ctx.kube, ns, decision.kind, decision.workload, decision.hash,
-                                            decision.generation)
-    except k.Forbidden as exc:
-        raise Problem(ScopeSynced.FORBIDDEN, f"the operator may not patch {decision.kind} "
-                                    f"{ns}/{decision.workload}: {exc}; {grant_targets(ns)}") from None
-    if rolled:
-        gen = f", {SCOPE_GENERATION_ANNOTATION}={decision.generation}" if decision.generation is not None else ""
-        ctx.event(state, EventReason.SCHEDULER_RESTARTED, f"{decision.kind} {ns}/{decision.workload}: pod-template "
-                  f"{SCOPE_HASH_ANNOTATION}={decision.hash}{gen} (the watched list was written since the last roll)")
-    return None, rolled
-
-
-async def step(ctx: Context, state: BindingState, mem: ScopeMemory, target: targets.ScopeTarget, values: list[str],
-               *, periodic: bool, generation: int | None) -> str | None:
-    """After a sync: roll now, fold into one roll later, or nothing (`core.roll_pacing.when_to_roll`).
-    A note for the condition message, or None; a Problem when the roll is not permitted."""
-    spec = state.admitted_spec
-    plan = pacing.when_to_roll(can_roll=target.can_roll, restart=spec.scope.restart_scheduler,
-                               observe=spec.mode == "Observe", roll_due=mem.roll_due, periodic=periodic,
-                               burst_goes_on=not periodic and mem.syncer.pending, last_roll=mem.last_roll,
-                               now=ctx.monotonic(), interval=_min_roll_interval(spec))
-    if plan.wait:
-        _roll_later(ctx, mem, plan.wait)  # folded: one roll at the interval's end carries every change
-        return None
-    if not plan.now:
-        return None
-    interval = _min_roll_interval(spec)
-    deferred: list[float] = []
-
-    def may_patch() -> bool:
-        # A roll the resync finds needed (an admin's edit, a revert) is rationed like ours.
-        wait = pacing.roll_wait(mem.last_roll, ctx.monotonic(), interval)
-        if wait > 0:
-            deferred.append(wait)
-        return not deferred
-
-    note, rolled = await roll(ctx, state, values, wrote=mem.roll_due, generation=generation, may_patch=may_patch)
-    if deferred:
-        mem.roll_due = True
-        _roll_later(ctx, mem, deferred[0])
-        return note
-    mem.roll_due, mem.next_roll_at = False, None
-    if rolled:
-        mem.last_roll, mem.last_roll_at = ctx.monotonic(), ctx.now_iso()
-    return note
+    found, forbidden = await workloads(ctx, ns)
+    settings = sp.RollSettings(namespace=ns, pod_selector=state.admitted_spec.scheduler.pod_selector)
+    check = sp.template_check(found, forbidden, settings, values, wrote=False, generation=None)
+    if isinstance(check, tuple):
+        raise Problem(*check)
+    if check.workload is None or check.hash is None:
+        return
+    _, refused = await patch(ctx, state, ns, check)
+    if refused is not None:
+        raise Problem(*sp.cannot_patch(check, ns, refused))
 
 
 def _discovered(state: BindingState) -> Discovery:
-    """The scheduler found: a roll follows a sync (or a restore) that read the target it names."""
+    """The scheduler found: a roll follows a restore that read the target it names."""
     assert state.discovery is not None
     return state.discovery
-
-
-def _min_roll_interval(spec: BindingSpec) -> float:
-    try:
-        return parse_go_duration(spec.scope.min_roll_interval)
-    except ValueError:
-        return 30.0
-
-
-def _roll_later(ctx: Context, mem: ScopeMemory, wait: float) -> None:
-    """One sync at the end of the roll interval (it finds the roll due and makes it)."""
-    if mem.roll_timer is not None and not mem.roll_timer.done():
-        return
-    mem.next_roll_at = pacing.after(ctx.now_iso(), wait)
-
-    def due() -> None:
-        mem.roll_timer = None
-        mem.syncer.signal()
-    mem.roll_timer = ctx.timers.later(wait, due, "folded scheduler roll")
-
-
-def status_times(mem: ScopeMemory | None) -> dict[str, str]:
-    """status.scope.lastRollTime, and nextRollTime while a folded roll is due."""
-    if mem is None:
-        return {}
-    out = {"lastRollTime": mem.last_roll_at} if mem.last_roll_at else {}
-    return {**out, "nextRollTime": mem.next_roll_at} if mem.next_roll_at and mem.roll_due else out

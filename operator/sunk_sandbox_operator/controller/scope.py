@@ -1,9 +1,9 @@
 """The scope pipeline: keep the scheduler's watched-namespace list equal to the sandbox namespaces.
 
 One sync (`controller.scope_sync`): gather (the target's list, the namespaces that belong) → decide
-(`core.scope`) → write with the read's precondition → roll the scheduler (`controller.roll`) and
-keep grants (`controller.grants`) → report ScopeSynced and status.scope. This module holds what
-starts syncs, and Restore.
+(`core.scope_plan`) → write with the read's precondition → roll the scheduler and keep grants
+(`controller.roll`, `controller.grants`: I/O) → report ScopeSynced and status.scope
+(`core.scope_outcome`). This module holds what starts syncs, and Restore.
 
 Signals, per binding, go through one `Coalescer`:
 - namespace watch events (`on_namespace`) start a write at once; what arrives while it is in flight

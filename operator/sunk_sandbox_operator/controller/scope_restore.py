@@ -81,4 +81,4 @@ async def restore_target(ctx: Context, state: BindingState, mem: ScopeMemory, ta
     mem.added, mem.known_list = [], frozenset(p.new_list)
     ctx.event(state, EventReason.SCOPE_RESTORED, f"{target.describe()}: removed {sc.names(p.diff.removed)}")
     if roll and target.can_roll and spec.scope.restart_scheduler:
-        await rolling.roll(ctx, state, p.new_list, wrote=False)
+        await rolling.roll(ctx, state, p.new_list)

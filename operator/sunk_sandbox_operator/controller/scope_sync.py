@@ -1,28 +1,32 @@
-"""One scope sync: gather → decide (`core.scope`) → write → roll and grant → report.
+"""One scope sync, the executor of `core.scope_plan`: gather → decide → write → roll, grant, ask → report.
 
-gather the target's list and the namespaces that belong; `core.scope.decide_list` says what the
-list becomes and what the ledger records; the write carries the read's precondition
-(`retry.optimistic`: a lost race reads again, another writer's change is never overwritten); then
-`core.roll_pacing.when_to_roll` says whether the scheduler is rolled now, later or not at all, the
-grants follow what the binding matches, and ScopeSynced reports the first problem of the chain
-(roll → grants → the scheduler's RBAC) or the list's state.
+1. gather the target's list and the namespaces that belong (and the scheduler's workloads when the
+   revert rule asks); `decide_write`: the list and the ledger in one request, with the read's
+   precondition (`retry.optimistic`: a lost race gathers and decides again; another writer's change
+   is never overwritten);
+2. keep the memory the list leaves (`after_write`) and say what changed (events, log, metrics);
+3. gather what `late_needs` asks (a burst going on, the workloads, our RoleBindings, the grantable
+   namespaces); `decide_sync`: the roll, the grants, the reviews, the wake;
+4. patch, delete and create, ask; `outcome`: the memory and ScopeSynced (the chain's first problem:
+   roll → grants → the scheduler's RBAC, else the list's state). Nothing is decided here.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any, Awaitable, Sequence
+from dataclasses import replace
 
 from ..core.problems import Problem
 from ..adapters import kube as k
 from ..adapters import targets
 from ..api.events import EventReason
 from ..api.reasons import Common, ScopeSynced
-from ..core import managers
+from ..core import roll_pacing as pacing
 from ..core import scope as sc
+from ..core import scope_outcome as so
+from ..core import scope_plan as sp
 from ..core.compose import Part
 from ..core.conditions import Status
-from ..core.ledger import Entry
 from ..core.scheduler import Discovery
 from . import grants, retry
 from . import roll as rolling
@@ -105,98 +109,116 @@ async def _sync_inner(ctx: Context, state: BindingState, mem: ScopeMemory, perio
     elif mem.target_ref != target.ref():
         await sr.leave(ctx, state, mem, target.ref())
 
-    async def attempt(retried: int) -> tuple[sc.ScopeObservation, sc.ListDecision, targets.TargetRead, int]:
-        sandbox = _sandbox_set(ctx, state, mem, full=periodic)
-        # During a burst, start from the object our last write returned while the target's watch has
-        # seen nobody else write it; a resync always reads (level-triggered), and a stale copy can only
-        # cost a Conflict (the write's precondition), after which the retry reads.
-        reuse = not periodic and not retried and ctx.depends.unchanged_since(
-            (target.kind, target.namespace, target.name), target.last_write())
-        read = await target.read(reuse=reuse)
-        obs = _observation(ctx, state, target, read, sandbox, mem)
-        decision = sc.decide_list(obs)
-        generation = read.ledger.generation
-        if decision.write is not None or decision.claims_changed:
-            # The ledger entry travels in the same request as the list: a crash cannot split them.
-            entry = Entry(tuple(decision.added), tuple(decision.preexisting or ()))
-            ledger = read.ledger.with_entry(state.ref, entry)
-            if decision.write is not None and await rolling.rewrites_running_list(ctx, state, target, read, decision):
-                ledger = ledger.next_generation()
-            rv = await target.write(read, decision.write, ledger)
+    async def attempt(retried: int) -> tuple[sp.SyncObservation, sp.Write]:
+        obs, read = await _gather(ctx, state, mem, target, d, periodic, retried)
+        write = sp.decide_write(obs)
+        if write.ledger is not None:  # the ledger entry travels in the same request as the list
+            rv = await target.write(read, write.values, write.ledger)
             ctx.depends.wrote(target.kind, target.namespace, target.name, rv)
-            generation = ledger.generation
             ctx.failpoints.hit("after-scope-write")
-        return obs, decision, read, generation
+        return obs, write
 
-    obs, decision, read, generation = await retry.optimistic(
+    obs, write = await retry.optimistic(
         attempt, lost_race=lambda e: isinstance(e, k.Conflict), retries=ctx.config.scope_conflict_retries,
         sleep=ctx.sleep)
-    wrote = decision.write is not None
-    manager = _other_manager(ctx, state, mem, target, read)
-    if decision.reverted and not obs.observe:
+    written = sp.after_write(obs, mem.kept())
+    mem.keep(written.memory)  # at once: namespace events compare with the list while the sync goes on
+    _tell_written(ctx, state, obs, write, written, started)
+    obs, now = await _gather_late(ctx, state, mem, obs, periodic)
+    plan = sp.decide_sync(obs, mem.kept(), now)
+    if plan.wake is not None:
+        _roll_later(ctx, mem, plan.wake)  # folded: one roll at the interval's end carries every change
+    rolled_at, refused = None, None
+    if plan.roll.patch is not None:
+        rolled, refused = await rolling.patch(ctx, state, obs.roll.namespace, plan.roll.patch)
+        rolled_at = (ctx.monotonic(), ctx.now_iso()) if rolled else None
+    deleted, created = await grants.apply(ctx, state, plan, obs.grant_role)
+    answers = await grants.review(ctx, plan.reviews)
+    out = so.outcome(obs, plan, so.Done(rolled_at, refused, deleted, created, answers), prev=state.section("scope"),
+                     now=ctx.now_iso())
+    mem.keep(out.memory)
+    r = out.report
+    return Part(COND, r.status, r.reason, r.message, "scope", r.section)
+
+
+async def _gather(ctx: Context, state: BindingState, mem: ScopeMemory, target: targets.ScopeTarget, d: Discovery,
+                  periodic: bool, retried: int) -> tuple[sp.SyncObservation, targets.TargetRead]:
+    """The facts the write is decided from: the target's list and ledger, the namespaces that belong,
+    and the scheduler's workloads when the revert rule asks for them."""
+    spec = state.admitted_spec
+    sandbox = _sandbox_set(ctx, state, mem, full=periodic)
+    # During a burst, start from the object our last write returned while the target's watch has
+    # seen nobody else write it; a resync always reads (level-triggered), and a stale copy can only
+    # cost a Conflict (the write's precondition), after which the retry reads.
+    reuse = not periodic and not retried and ctx.depends.unchanged_since(
+        (target.kind, target.namespace, target.name), target.last_write())
+    read = await target.read(reuse=reuse)
+    rolls = target.kind == "ConfigMap" and target.can_roll  # the list is a ConfigMap key the scheduler reads at start
+    roll = sp.RollSettings(can_roll=target.can_roll, restart=spec.scope.restart_scheduler,
+                           interval=pacing.interval_of(spec.scope.min_roll_interval), namespace=d.namespace,
+                           pod_selector=spec.scheduler.pod_selector,
+                           list_field=("data", getattr(target, "key", "")) if rolls else None)
+    obs = sp.SyncObservation(
+        _observation(ctx, state, target, read, sandbox, mem), sp.Owner(state.namespace, state.name, state.uid),
+        ledger=read.ledger, target_meta=read.obj.get("metadata"), target_kind=target.kind, periodic=periodic,
+        roll=roll, service_account=(d.namespace, d.service_account), grant_role=spec.scope.grant_cluster_role)
+    if sp.workloads_for_write(obs):
+        obs = await _with_workloads(ctx, obs)
+    return obs, read
+
+
+async def _gather_late(ctx: Context, state: BindingState, mem: ScopeMemory, obs: sp.SyncObservation,
+                       periodic: bool) -> tuple[sp.SyncObservation, float]:
+    """The facts the rest of the plan needs (`core.scope_plan.late_needs`), after the write: whether a
+    burst goes on is known only now, and the write does not wait for a RoleBinding LIST. The plan is
+    decided at the time they were chosen by (`now`)."""
+    timer, now = mem.roll_timer, ctx.monotonic()
+    obs = replace(obs, burst_goes_on=not periodic and mem.syncer.pending, now_iso=ctx.now_iso(),
+                  roll_timer_pending=timer is not None and not timer.done())
+    needs = sp.late_needs(obs, mem.kept(), now)
+    if needs.workloads:
+        obs = await _with_workloads(ctx, obs)
+    if needs.rolebindings:
+        found, forbidden = await grants.ours(ctx, state)
+        obs = replace(obs, found=found, found_forbidden=forbidden)
+    if needs.namespaces:
+        mine, live = grants.grantable(ctx, state, obs.scope.sandbox)
+        obs = replace(obs, grantable=mine, live=live)
+    return obs, now
+
+
+async def _with_workloads(ctx: Context, obs: sp.SyncObservation) -> sp.SyncObservation:
+    found, forbidden = await rolling.workloads(ctx, obs.roll.namespace)
+    return replace(obs, workloads=found, workloads_forbidden=forbidden)
+
+
+def _tell_written(ctx: Context, state: BindingState, obs: sp.SyncObservation, write: sp.Write, written: sp.Written,
+                  started: float | None) -> None:
+    """Events, log lines, counters and the latency metric of the list part (its write is done)."""
+    d, target, manager = obs.scope.listed, obs.scope.target, written.manager
+    if manager is not None and written.warn:  # Helm, Argo CD or Flux rendering a ConfigMap target: said once
+        ctx.event(state, EventReason.TARGET_MANAGED_ELSEWHERE, f"{manager.describe()} also writes {target}: "
+                  f"{manager.fix}")
+    if d.reverted and not obs.scope.observe:
         state.counters.scope_reverts += 1
         log.info("scope of %s: %d namespace(s) the operator added were removed from %s by another writer%s",
-                 state.ref, len(decision.reverted), target.describe(),
-                 f" ({manager.describe()})" if manager else "")
-    managed_by = manager.describe() if manager else None
-    if decision.error:
-        return Part(COND, *_report(ctx, state, obs, decision, wrote, managed_by=managed_by))
-    mem.cluster = decision.cluster
-    mem.preexisting = decision.preexisting
-    if not obs.observe:
-        mem.added = decision.added
-    if decision.cluster:
-        mem.known_list = None
-        return Part(COND, *_report(ctx, state, obs, decision, wrote, managed_by=managed_by))
-    mem.known_list = frozenset(decision.final)
-    state.counters.scope_namespaces = len(mem.known_list)
-    if wrote:
-        log.info("scope of %s: %s now lists %d namespace(s) (+%d -%d)", state.ref, target.describe(),
-                 len(decision.final), len(decision.diff.added), len(decision.diff.removed))
+                 state.ref, len(d.reverted), target, f" ({manager.describe()})" if manager else "")
+    if d.error or d.cluster:
+        return
+    state.counters.scope_namespaces = len(written.memory.known_list or ())
+    if write.values is not None:
+        log.info("scope of %s: %s now lists %d namespace(s) (+%d -%d)", state.ref, target, len(d.final),
+                 len(d.diff.added), len(d.diff.removed))
         state.counters.scope_writes += 1
         if started is not None:
             ctx.metrics.scope_sync_latency.observe(ctx.monotonic() - started)
-        restored = f" (put back after another writer removed {sc.names(decision.reverted)})" if decision.reverted else ""
-        ctx.event(state, EventReason.SCOPE_UPDATED, sc.change_message(target.describe(), decision.diff) + restored)
-
-    mine = grants.grantable(ctx, state, decision.final, obs.sandbox)  # the listed namespaces the binding matches
-    if not obs.observe:
-        mem.roll_due = mem.roll_due or wrote
-    # The chain, in the order ScopeSynced reports its first problem: roll → grants → the scheduler's RBAC.
-    rolled = await _problem(rolling.step(ctx, state, mem, target, decision.final, periodic=periodic,
-                                         generation=generation))
-    granted = await _problem(grants.sync(ctx, state, mem, mine, refresh=periodic or mem.grants is None)) \
-        if not obs.observe else (None, None)
-    checked = await _problem(grants.verify_scheduler(ctx, state, mem, mine, refresh=periodic))
-    problem = next((p for p, _ in (rolled, granted, checked) if p is not None), None)
-    notes = [rolled[1]] if rolled[1] else []
-    return Part(COND, *_report(ctx, state, obs, decision, wrote, problem, notes, managed_by=managed_by))
+        restored = f" (put back after another writer removed {sc.names(d.reverted)})" if d.reverted else ""
+        ctx.event(state, EventReason.SCOPE_UPDATED, sc.change_message(target, d.diff) + restored)
 
 
-async def _problem(step: Awaitable[str | None]) -> tuple[tuple[str, str] | None, str | None]:
-    """(the step's problem as (reason, message), or None; the note it returned)."""
-    try:
-        return None, await step
-    except Problem as exc:
-        return (exc.reason, exc.message), None
-
-
-def _report(ctx: Context, state: BindingState, obs: sc.ScopeObservation, decision: sc.ListDecision, wrote: bool,
-            problem: tuple[str, str] | None = None, notes: Sequence[str] = (), *,
-            managed_by: str | None = None) -> tuple[Status, str, str, str, dict[str, Any]]:
-    r = sc.report(obs, decision, prev=state.section("scope"), now=ctx.now_iso(), wrote=wrote, problem=problem,
-                  notes=list(notes), managed_by=managed_by, rolls=rolling.status_times(state.scope))
-    return r.status, r.reason, r.message, "scope", r.section
-
-
-def _other_manager(ctx: Context, state: BindingState, mem: ScopeMemory, target: targets.ScopeTarget,
-                   read: targets.TargetRead) -> managers.Manager | None:
-    """Helm, Argo CD or Flux rendering a ConfigMap target: said once per binding in a Warning event."""
-    if target.kind != "ConfigMap":
-        return None
-    manager = managers.other_manager(read.obj.get("metadata"), target.describe())
-    if manager is not None and mem.manager_warned != manager.describe():
-        mem.manager_warned = manager.describe()
-        ctx.event(state, EventReason.TARGET_MANAGED_ELSEWHERE, f"{manager.describe()} also writes {target.describe()}: "
-                  f"{manager.fix}")
-    return manager
+def _roll_later(ctx: Context, mem: ScopeMemory, wait: float) -> None:
+    """One sync at the end of the roll interval (it finds the roll due and makes it)."""
+    def due() -> None:
+        mem.roll_timer = None
+        mem.syncer.signal()
+    mem.roll_timer = ctx.timers.later(wait, due, "folded scheduler roll")

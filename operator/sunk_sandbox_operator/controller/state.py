@@ -20,6 +20,7 @@ from ..core.placement import PlacementTracker
 from ..core.slurm_jobs import JobTracker
 from ..core.scheduler import Discovery
 from ..core.scope import Matcher, compile_matcher
+from ..core.scope_plan import Permits, SyncMemory
 from ..core.target_ref import TargetRef
 from ..core.selectors import ParsedSelector
 
@@ -50,7 +51,7 @@ class ScopeMemory:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     known_list: frozenset[str] | None = None   # the target's list as last read or written
     cluster: bool = False                      # the target says scope type cluster: every namespace is watched
-    grants: set[str] | None = None             # namespaces holding our RoleBinding (None: not listed yet)
+    grants: frozenset[str] | None = None       # namespaces holding our RoleBinding (None: not listed yet)
     pod_signalled: set[str] = field(default_factory=set)  # namespaces a stuck pod named before the watch did
     next_recheck: float = 0.0                  # a pod in a listed namespace may re-read the target after this
     recheck_handle: "Timer | None" = None
@@ -61,16 +62,27 @@ class ScopeMemory:
     sandbox: set[str] | None = None            # namespaces that belong, kept current by namespace events
     sandbox_for: object = None                 # the matcher `sandbox` was computed with
     manager_warned: str | None = None          # the other writer of the target last warned about
-    permit_sa: tuple[str, str] | None = None   # the scheduler ServiceAccount the checks below are for
-    permitted: set[str] = field(default_factory=set)  # listed namespaces where it may watch and bind pods
-    cluster_permitted: bool | None = None      # ... everywhere (one cluster-wide SubjectAccessReview)
-    denied: set[str] = field(default_factory=set)  # listed namespaces where it may not
-    denied_asked: float = float("-inf")        # when the denied ones were last asked again (monotonic)
+    permits: Permits = field(default_factory=Permits)  # what the scheduler's RBAC reviews said
     target_ref: TargetRef | None = None        # the target `added`/`preexisting` belong to (status.scope.target)
     last_roll: float | None = None             # when this process last rolled the scheduler (monotonic)
     roll_timer: "Timer | None" = None          # the folded roll at the end of minRollInterval
     next_roll_at: str | None = None            # ... its time, for status.scope.nextRollTime
     last_roll_at: str | None = None            # status.scope.lastRollTime
+
+    def kept(self) -> SyncMemory:
+        """What `core.scope_plan` decides from."""
+        return SyncMemory(self.roll_due, self.last_roll, self.last_roll_at, self.next_roll_at, self.grants,
+                          self.permits, self.manager_warned, self.cluster,
+                          tuple(self.preexisting) if self.preexisting is not None else None, tuple(self.added),
+                          self.known_list)
+
+    def keep(self, m: SyncMemory) -> None:
+        """What a plan (or its outcome) leaves."""
+        self.roll_due, self.last_roll, self.last_roll_at, self.next_roll_at = (m.roll_due, m.last_roll, m.last_roll_at,
+                                                                              m.next_roll_at)
+        self.grants, self.permits, self.manager_warned, self.cluster = m.grants, m.permits, m.manager_warned, m.cluster
+        self.preexisting = list(m.preexisting) if m.preexisting is not None else None
+        self.added, self.known_list = list(m.added), m.known_list
 
     def switch_target(self, ref: TargetRef) -> None:
         """Start fresh on another target: what we added and found belongs to the one we left, and

@@ -130,7 +130,7 @@ class GrantPlan:
         return not self.to_create and not self.to_delete
 
 
-def plan_grants(*, role: str, wanted: Iterable[str], known: set[str] | None,
+def plan_grants(*, role: str, wanted: Iterable[str], known: Iterable[str] | None,
                 found: Iterable[Mapping[str, Any] | Grant] | None, want_body: Callable[[str], dict[str, Any]],
                 uid: str, legacy_name: str) -> GrantPlan:
     """`found` (a fresh list of RoleBindings carrying our label) wins over `known` (what we believe we

@@ -14,6 +14,17 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from .pods import parse_time
+from .scheduler_conf import parse_go_duration
+
+DEFAULT_INTERVAL = 30.0
+
+
+def interval_of(text: str) -> float:
+    """`scope.minRollInterval` in seconds (the CRD validates its form; the default if it still does not parse)."""
+    try:
+        return parse_go_duration(text)
+    except ValueError:
+        return DEFAULT_INTERVAL
 
 
 def roll_wait(last_roll: float | None, now: float, interval: float) -> float:

@@ -11,6 +11,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ..api.reasons import ScopeSynced as R
@@ -153,14 +154,8 @@ def diff_lists(current: Iterable[str], desired: Iterable[str]) -> ScopeDiff:
     return ScopeDiff(added=sorted(want - cur), removed=sorted(cur - want))
 
 
-def plan(
-    current: list[str],
-    desired_sandbox: set[str],
-    always_include: Iterable[str],
-    preexisting: Iterable[str] | None,
-    managed_added: Iterable[str],
-    others: Iterable[str] = (),
-) -> ScopePlan:
+def plan(current: list[str], desired_sandbox: set[str], always_include: Iterable[str], preexisting: Iterable[str] | None,
+         managed_added: Iterable[str], others: Iterable[str] = ()) -> ScopePlan:
     """Decide the next watched list.
 
     Rules:
@@ -241,6 +236,10 @@ class ScopeObservation:
     own_namespace: str | None = None      # a blank list means this namespace (the scheduler's own)
     target_ref: Mapping[str, Any] | None = None  # which list this is (status.scope.target)
     error_reason: str = R.INVALID_CONFIG  # what reports `error` (DocumentRefused: refused as untrusted input)
+
+    @cached_property
+    def listed(self) -> ListDecision:  # decide_list(self), once: a sync asks before and after its write
+        return decide_list(self)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,397 @@
+"""One scope sync, decided (pure): what to write, roll, grant and ask, and how ScopeSynced reports it.
+
+The shell (`controller.scope_sync`) gathers, calls these, acts in the order they say, and reports:
+
+1. the list facts (`SyncObservation`: the target's list and ledger, the namespaces that belong, the
+   target's metadata); `workloads_for_write` says whether the revert rule needs the scheduler's
+   workloads too; `decide_write` is the write: the list and the ledger in one request with the
+   read's precondition (a lost race gathers and decides again);
+2. once written, `after_write` is the memory the list leaves, kept at once (namespace events compare
+   with it while the sync goes on);
+3. the facts the write must not wait for, or that only its end can tell (`late_needs`: does a burst
+   go on; the workloads when the roll may happen now; our RoleBindings when refreshing; which
+   listed namespaces the binding may grant in): a RoleBinding LIST never holds up the list write,
+   and a burst that began during the write still defers the roll to its last write;
+4. `decide_sync`: the whole plan (the write as decided; the roll: `core.roll_pacing.when_to_roll`,
+   then the template check, rationed by `roll_wait`; the grants: `core.grants.plan_grants`; the
+   SubjectAccessReviews to ask; the next memory; when to wake for the folded roll);
+5. after acting, `core.scope_outcome.outcome`: the memory the results leave, and the report, whose
+   problem is the first of one check chain over the results (roll → grants → the scheduler's RBAC;
+   cert-manager's `policies.Chain` is the model), via `core.scope.report`.
+
+`decide_sync` is idempotent over `after_write`: the shell may keep that memory first and decide
+from it, or a test may decide from the memory before the sync; the plan is the same.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Mapping
+
+from ..api.keys import FIELD_MANAGER, SCOPE_GENERATION_ANNOTATION, SCOPE_HASH_ANNOTATION
+from ..api.reasons import ScopeSynced, grant_targets
+from ..api.spec import LabelSelector
+from . import grants as g
+from . import managers
+from . import roll_pacing as pacing
+from . import scope as sc
+from .ledger import Entry, Ledger
+
+DENIED_RECHECK_SECONDS = 5.0  # how soon a grant to a denied namespace is seen while syncs keep coming
+
+Finding = tuple[ScopeSynced, str]  # a problem ScopeSynced reports: (reason, message)
+
+
+# ---------------------------------------------------------------- what a sync knows
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The binding: the ledger's key and what its RoleBindings are named and labelled from."""
+
+    namespace: str
+    name: str
+    uid: str
+
+    @property
+    def ref(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class RollSettings:
+    can_roll: bool = False                  # the target takes effect only when the scheduler restarts
+    restart: bool = True                    # spec.scope.restartScheduler
+    interval: float = pacing.DEFAULT_INTERVAL  # spec.scope.minRollInterval, seconds
+    namespace: str = ""                     # the scheduler's
+    pod_selector: LabelSelector | None = None  # spec.scheduler.podSelector: which workload runs it
+    list_field: tuple[str, ...] | None = None  # where the list lives in a ConfigMap we roll for (revert rule)
+
+
+@dataclass(frozen=True)
+class SyncObservation:
+    """Everything one attempt gathered. The list facts come before the write; the rest (from
+    `burst_goes_on` on) after it, as `late_needs` asks."""
+
+    scope: sc.ScopeObservation             # the list facts (core.scope)
+    owner: Owner
+    ledger: Ledger = field(default_factory=Ledger)  # as read (its generation counts our list writes)
+    target_meta: Mapping[str, Any] | None = None    # the target's metadata: managedFields, who renders it
+    target_kind: str = "ConfigMap"
+    periodic: bool = False                 # a resync (level-triggered: refresh grants and reviews)
+    roll: RollSettings = field(default_factory=RollSettings)
+    service_account: tuple[str, str] = ("", "")  # the scheduler's (namespace, name)
+    grant_role: str = ""                   # spec.scope.grantClusterRole
+    # the scheduler namespace's Deployments and StatefulSets (with managedFields), or why not
+    workloads: tuple[Mapping[str, Any], ...] | None = None
+    workloads_forbidden: str | None = None
+    # ---- after the write
+    burst_goes_on: bool = False            # more changes already signalled: the burst's last write rolls
+    roll_timer_pending: bool = False       # a folded roll's sync is already set
+    now_iso: str = ""
+    grantable: frozenset[str] = frozenset()  # namespaces this binding may grant in (core.grants.grantable)
+    live: frozenset[str] = frozenset()     # ... of those, the ones that exist and are not terminating
+    found: tuple[g.Grant, ...] | None = None  # our RoleBindings, when refreshing (else None: memory says)
+    found_forbidden: str | None = None
+
+
+@dataclass(frozen=True)
+class Permits:
+    """What the SubjectAccessReviews said about the scheduler's ServiceAccount `sa`."""
+
+    sa: tuple[str, str] | None = None
+    cluster: bool | None = None            # everywhere (one cluster-wide review); None: not asked yet
+    permitted: frozenset[str] = frozenset()  # listed namespaces where it may watch and bind pods
+    denied: frozenset[str] = frozenset()   # ... where it may not
+    denied_asked: float = float("-inf")    # when the denied ones were last asked again (monotonic)
+
+
+@dataclass(frozen=True)
+class SyncMemory:
+    """What a sync reads from and leaves in `controller.state.ScopeMemory`."""
+
+    roll_due: bool = False                 # we wrote the list and the scheduler has not been rolled onto it
+    last_roll: float | None = None         # monotonic
+    last_roll_at: str | None = None        # status.scope.lastRollTime
+    next_roll_at: str | None = None        # status.scope.nextRollTime, while a folded roll is due
+    grants: frozenset[str] | None = None   # namespaces holding our RoleBinding (None: not listed yet)
+    permits: Permits = field(default_factory=Permits)
+    manager_warned: str | None = None      # the other writer of the target last warned about
+    cluster: bool = False                  # the target says scope type cluster
+    preexisting: tuple[str, ...] | None = None
+    added: tuple[str, ...] = ()
+    known_list: frozenset[str] | None = None  # the target's list as last read or written
+
+
+# ---------------------------------------------------------------- what a sync does
+
+
+@dataclass(frozen=True)
+class Write:
+    values: list[str] | None = None        # the new list (None: as is)
+    ledger: Ledger | None = None           # the ledger written with it (None: no write at all)
+    bumped: bool = False                   # the ledger generation moved (the scheduler must re-read)
+    generation: int = 0                    # the generation the target holds after it: what a roll is for
+
+
+@dataclass(frozen=True)
+class Written:
+    memory: SyncMemory
+    manager: managers.Manager | None       # another tool renders the target
+    warn: bool = False                     # ... not said yet for this binding: a Warning event
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What to gather after the write."""
+
+    workloads: bool = False                # the roll may patch now: the scheduler's workloads
+    rolebindings: bool = False             # the grants are refreshed: our RoleBindings
+    namespaces: bool = False               # grants or per-namespace reviews may run: grantable and live
+
+
+@dataclass(frozen=True)
+class RollPlan:
+    patch: sc.RollDecision | None = None   # patch this pod template now
+    wait: float | None = None              # fold: one roll in `wait` seconds
+    note: str | None = None                # for the condition message
+    problem: Finding | None = None         # the workloads could not be listed
+
+
+@dataclass(frozen=True)
+class Reviews:
+    """SubjectAccessReviews in two rounds: the cluster-wide one first (`cluster`), then `namespaces`
+    when it (or the remembered answer) denies. `before`: the answers still valid; `after`: those
+    pruned to what is listed, which the namespace round starts from."""
+
+    sa: tuple[str, str] | None = None      # None: no ServiceAccount to check
+    cluster: bool = False
+    namespaces: tuple[str, ...] = ()
+    live: tuple[str, ...] = ()             # the listed namespaces the binding matches that exist
+    before: Permits = field(default_factory=Permits)
+    after: Permits = field(default_factory=Permits)
+
+
+@dataclass(frozen=True)
+class SyncPlan:
+    listed: sc.ListDecision
+    write: Write
+    memory: SyncMemory                     # before acting; `outcome` adds what the acts returned
+    manager: managers.Manager | None = None
+    roll: RollPlan = field(default_factory=RollPlan)
+    grants: g.GrantPlan | None = None      # None: grants are not kept in this sync
+    create: tuple[dict[str, Any], ...] = ()  # the RoleBindings of grants.to_create
+    grants_problem: Finding | None = None  # our RoleBindings could not be listed
+    reviews: Reviews = field(default_factory=Reviews)
+    wake: float | None = None              # seconds to the folded roll's sync (None: no new timer)
+
+
+# ---------------------------------------------------------------- before and at the write
+
+
+def _foreign_list_change(obs: SyncObservation) -> str | None:
+    """When another field manager last wrote the list's field of a ConfigMap we roll for (the API
+    server's clock), or None."""
+    path = obs.roll.list_field
+    return managers.last_foreign_change(obs.target_meta, path, FIELD_MANAGER) if path is not None else None
+
+
+def workloads_for_write(obs: SyncObservation) -> bool:
+    """Does the write need the scheduler's workloads? Only for `rewrites_running_list` on a write that
+    puts back what another writer removed, when that writer is recorded (rare)."""
+    d = obs.scope.listed
+    return (obs.workloads is None and obs.workloads_forbidden is None and d.write is not None and bool(d.reverted)
+            and _foreign_list_change(obs) is not None)
+
+
+def rewrites_running_list(obs: SyncObservation, d: sc.ListDecision) -> bool:
+    """Must the scheduler re-read the list this write makes, even if its template already carries these
+    names' hash? A write that changes our list rolls it by the hash anyway: yes. A write putting back
+    what another writer removed: only when another manager changed the scheduler's pod template since
+    that removal (a `helm upgrade` restarting it on the chart's list); a revert alone (a no-op upgrade,
+    an admin's edit) left the running scheduler on our list."""
+    since = _foreign_list_change(obs) if d.reverted else None
+    if since is None or obs.workloads is None:
+        return True  # not a revert, who removed them is not recorded, or the workloads are not readable
+    dep = sc.scheduler_workload(obs.workloads, obs.roll.pod_selector)
+    return dep is not None and managers.changed_since(dep.get("metadata"), ("spec", "template"), since, FIELD_MANAGER)
+
+
+def decide_write(obs: SyncObservation) -> Write:
+    """The list and the ledger entry in one request (a crash cannot split them), or no write."""
+    d = obs.scope.listed
+    if d.write is None and not d.claims_changed:
+        return Write(generation=obs.ledger.generation)
+    ledger = obs.ledger.with_entry(obs.owner.ref, Entry(tuple(d.added), tuple(d.preexisting or ())))
+    bumped = d.write is not None and rewrites_running_list(obs, d)
+    if bumped:
+        ledger = ledger.next_generation()
+    return Write(d.write, ledger, bumped, ledger.generation)
+
+
+def after_write(obs: SyncObservation, mem: SyncMemory) -> Written:
+    """The memory the list leaves once the write is done (or found not needed), and who else renders
+    the target (said once per binding)."""
+    d = obs.scope.listed
+    manager = managers.other_manager(obs.target_meta, obs.scope.target) if obs.target_kind == "ConfigMap" else None
+    warn = manager is not None and mem.manager_warned != manager.describe()
+    m = replace(mem, manager_warned=manager.describe()) if manager is not None and warn else mem
+    if d.error:
+        return Written(m, manager, warn)
+    m = replace(m, cluster=d.cluster, preexisting=tuple(d.preexisting) if d.preexisting is not None else None,
+                added=m.added if obs.scope.observe else tuple(d.added),
+                known_list=None if d.cluster else frozenset(d.final),
+                roll_due=m.roll_due or (d.write is not None and not obs.scope.observe))
+    return Written(m, manager, warn)
+
+
+# ---------------------------------------------------------------- after the write
+
+
+def _step(obs: SyncObservation, m: SyncMemory, now: float) -> pacing.RollStep:
+    r = obs.roll
+    return pacing.when_to_roll(can_roll=r.can_roll, restart=r.restart, observe=obs.scope.observe, roll_due=m.roll_due,
+                               periodic=obs.periodic, burst_goes_on=obs.burst_goes_on, last_roll=m.last_roll,
+                               now=now, interval=r.interval)
+
+
+def _grants_kept(obs: SyncObservation, m: SyncMemory) -> bool:
+    """Never in Observe mode; not when nothing is granted and no role asks for any."""
+    return not obs.scope.observe and not (not obs.grant_role and m.grants == frozenset())
+
+
+def _refresh(obs: SyncObservation, m: SyncMemory) -> bool:
+    """Grants are planned from a fresh list at a resync and before the first one; else from memory."""
+    return obs.periodic or m.grants is None
+
+
+def late_needs(obs: SyncObservation, mem: SyncMemory, now: float) -> Needs:
+    """What to gather after the write (`burst_goes_on` already observed there): the workloads only
+    when the roll may patch now (not at a burst's intermediate syncs), our RoleBindings only when the
+    grants are refreshed, the grantable namespaces only when grants or per-namespace reviews may run."""
+    d = obs.scope.listed
+    if d.error or d.cluster:
+        return Needs()
+    m = after_write(obs, mem).memory
+    workloads = obs.workloads is None and obs.workloads_forbidden is None and _step(obs, m, now).now
+    sa, p = obs.service_account, m.permits
+    per_namespace = bool(sa[1]) and (obs.periodic or p.sa != sa or p.cluster is not True)
+    kept = _grants_kept(obs, m)
+    return Needs(workloads, kept and _refresh(obs, m), kept or per_namespace)
+
+
+def cannot_list_workloads(namespace: str, error: str) -> Finding:
+    return ScopeSynced.FORBIDDEN, (f"the operator may not list Deployments and StatefulSets in {namespace}: {error}; "
+                                   f"{grant_targets(namespace)}")
+
+
+def cannot_patch(d: sc.RollDecision, namespace: str, error: str) -> Finding:
+    return ScopeSynced.FORBIDDEN, (f"the operator may not patch {d.kind} {namespace}/{d.workload}: {error}; "
+                                   f"{grant_targets(namespace)}")
+
+
+def template_check(workloads: tuple[Mapping[str, Any], ...] | None, forbidden: str | None, roll: RollSettings,
+                   values: list[str], *, wrote: bool, generation: int | None) -> sc.RollDecision | Finding:
+    """Does the scheduler's pod template say it runs `values` (core.scope.decide_roll)? The patch to
+    make, or why the workloads could not be read."""
+    if workloads is None:
+        return cannot_list_workloads(roll.namespace, forbidden or "they were not listed")
+    return sc.decide_roll(workloads, roll.pod_selector, roll.namespace, values, wrote=wrote,
+                          hash_annotation=SCOPE_HASH_ANNOTATION, generation=generation,
+                          generation_annotation=SCOPE_GENERATION_ANNOTATION)
+
+
+def _roll(obs: SyncObservation, m: SyncMemory, now: float, values: list[str],
+          generation: int) -> tuple[RollPlan, SyncMemory, float | None]:
+    """Roll now, fold into one roll later, or nothing (`when_to_roll`); a patch the template check
+    finds needed at a resync (an admin's edit, a revert) is rationed by `roll_wait` like ours."""
+    step = _step(obs, m, now)
+    if not step.now:
+        plan = RollPlan(wait=step.wait or None)
+    else:
+        check = template_check(obs.workloads, obs.workloads_forbidden, obs.roll, values, wrote=m.roll_due,
+                               generation=generation)
+        if isinstance(check, tuple):
+            return RollPlan(problem=check), m, None
+        if check.workload is None or check.hash is None:  # set together
+            return RollPlan(note=check.note), replace(m, roll_due=False, next_roll_at=None), None
+        wait = pacing.roll_wait(m.last_roll, now, obs.roll.interval)
+        plan = RollPlan(wait=wait) if wait > 0 else RollPlan(patch=check)
+    if plan.wait is None:
+        return plan, m, None
+    m = replace(m, roll_due=True)
+    if obs.roll_timer_pending:  # one folded roll carries every change until it fires
+        return plan, m, None
+    return plan, replace(m, next_roll_at=pacing.after(obs.now_iso, plan.wait)), plan.wait
+
+
+def _want_body(obs: SyncObservation) -> Callable[[str], dict[str, Any]]:
+    o, (sa_ns, sa) = obs.owner, obs.service_account
+    return lambda ns: g.rolebinding(o.namespace, o.name, o.uid, ns, obs.grant_role, sa, sa_ns)
+
+
+def _grants(obs: SyncObservation, m: SyncMemory,
+            mine: list[str]) -> tuple[g.GrantPlan | None, tuple[dict[str, Any], ...], Finding | None, SyncMemory]:
+    """A RoleBinding in every grantable live namespace the list holds; ours elsewhere removed."""
+    if not _grants_kept(obs, m):
+        return None, (), None, m
+    refresh = _refresh(obs, m)
+    if refresh and obs.found_forbidden is not None:
+        return None, (), (ScopeSynced.FORBIDDEN, f"the operator may not list RoleBindings: {obs.found_forbidden}"), m
+    body = _want_body(obs)
+    plan = g.plan_grants(role=obs.grant_role, wanted=[ns for ns in mine if ns in obs.live], known=m.grants,
+                         found=obs.found if refresh else None, want_body=body, uid=obs.owner.uid,
+                         legacy_name=g.legacy_rolebinding_name(obs.owner.namespace, obs.owner.name))
+    return plan, tuple(body(ns) for ns in plan.to_create), None, replace(m, grants=frozenset(plan.have))
+
+
+def _reviews(obs: SyncObservation, m: SyncMemory, mine: list[str], now: float) -> Reviews:
+    """May the scheduler's ServiceAccount watch pods and bind them in every listed namespace the
+    binding matches (where its sandboxes are; what else the list holds is not this binding's to check)?
+    One cluster-wide review first (at a resync, or when not answered yet); else one per namespace not
+    answered: a confirmed one is not asked again while it stays listed, a denied one at a resync or
+    at most every DENIED_RECHECK_SECONDS (not at every sync of a burst: that would ask about every
+    denied namespace once per write; the retry with backoff brings a sync when nothing else does)."""
+    sa = obs.service_account
+    if not sa[1]:
+        return Reviews(before=m.permits, after=m.permits)
+    p = m.permits if m.permits.sa == sa else Permits(sa=sa, denied_asked=m.permits.denied_asked)
+    ask = obs.periodic or p.cluster is None
+    if not ask and p.cluster:
+        return Reviews(sa=sa, before=p, after=p)
+    again = obs.periodic or now >= p.denied_asked + DENIED_RECHECK_SECONDS
+    live = tuple(ns for ns in mine if ns in obs.live)
+    after = replace(p, permitted=p.permitted & frozenset(mine), denied=p.denied & frozenset(live),
+                    denied_asked=now if again else p.denied_asked)
+    todo = tuple(ns for ns in live if ns not in after.permitted and (again or ns not in after.denied))
+    return Reviews(sa=sa, cluster=ask, namespaces=todo, live=live, before=p, after=after)
+
+
+def decide_sync(obs: SyncObservation, mem: SyncMemory, now: float) -> SyncPlan:
+    """The whole plan of one sync (see the module docstring). A list in error or scope type cluster
+    ends the sync after the list: nothing to roll, grant or check."""
+    d = obs.scope.listed
+    write = decide_write(obs)
+    written = after_write(obs, mem)
+    m = written.memory
+    if d.error or d.cluster:
+        return SyncPlan(d, write, m, written.manager)
+    mine = [ns for ns in d.final if ns in obs.grantable]  # the listed namespaces the binding may grant in
+    roll, m, wake = _roll(obs, m, now, d.final, write.generation)
+    grants, create, grants_problem, m = _grants(obs, m, mine)
+    reviews = _reviews(obs, m, mine, now)
+    return SyncPlan(d, write, replace(m, permits=reviews.before), written.manager, roll, grants, create,
+                    grants_problem, reviews, wake)
+
+
+def everywhere(reviews: Reviews, cluster: bool | None) -> bool | None:
+    """The cluster-wide answer in effect: asked now (`cluster`; None: no answer came) or remembered."""
+    if reviews.sa is None:
+        return None
+    return cluster if reviews.cluster else reviews.before.cluster
+
+
+def second_round(reviews: Reviews, cluster: bool | None) -> tuple[str, ...]:
+    """The per-namespace reviews to ask, given the cluster-wide answer (None: not asked, or none
+    came): none when it allows everywhere or could not say."""
+    return reviews.namespaces if everywhere(reviews, cluster) is False else ()
