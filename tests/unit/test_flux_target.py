@@ -38,7 +38,7 @@ def helmrelease(kube: FakeKube, values_from=WIRED, values: dict | None = None, n
                               "metadata": {"namespace": namespace, "name": "slurm"}, "spec": spec})
 
 
-def flux(kube: FakeKube, memo: dict | None = None) -> targets.FluxTarget:
+def flux(kube: FakeKube, memo: targets.ParseMemo | None = None) -> targets.FluxTarget:
     return targets.FluxTarget(kube, "slurm", "slurm", CM, "values.yaml", PATH, memo)
 
 
@@ -119,19 +119,19 @@ async def test_lost_races_are_conflicts_and_change_nothing() -> None:
 async def test_the_document_is_parsed_once_per_resource_version() -> None:
     kube = FakeKube()
     helmrelease(kube)
-    memo: dict = {}
+    memo = targets.ParseMemo()
     t = flux(kube, memo)
     await t.write(await t.read(), ["ds-a"], OURS)
-    primed = memo["parsed"]
-    assert memo["version"][1] == stored(kube)["metadata"]["resourceVersion"]
-    assert (await t.read()).list.values == ["ds-a"] and memo["parsed"] is primed
+    primed = memo.parsed
+    assert memo.version[1] == stored(kube)["metadata"]["resourceVersion"]
+    assert (await t.read()).list.values == ["ds-a"] and memo.parsed is primed
 
 
 async def test_the_next_write_of_our_own_text_neither_parses_nor_composes(monkeypatch) -> None:
     from sunk_sandbox_operator.core import scope_doc
     kube = FakeKube()
     helmrelease(kube)
-    memo: dict = {}
+    memo = targets.ParseMemo()
     t = flux(kube, memo)
     await t.write(await t.read(), ["ds-a", "slurm"], OURS)     # creates the document
     await t.write(await t.read(), ["ds-a", "slurm", "x"], OURS)  # a splice: its span is kept

@@ -93,21 +93,40 @@ async def test_configmap_write_after_someone_else_wrote_is_a_conflict_and_change
 
 async def test_configmap_parses_once_per_resource_version_and_our_write_primes_the_next_read() -> None:
     kube = FakeKube()
-    memo: dict = {}
+    memo = targets.ParseMemo()
     configmap(kube)
     t = targets.ConfigMapTarget(kube, "slurm", "cm", "scheduler.conf", PATH, memo)
     read = await t.read()
-    parsed = memo["parsed"]
-    assert (await t.read()).list == read.list and memo["parsed"] is parsed        # the same version: no parse
+    parsed = memo.parsed
+    assert (await t.read()).list == read.list and memo.parsed is parsed        # the same version: no parse
     kube.edit("configmaps", "slurm", "cm", lambda cm: None)                        # a new resourceVersion
     read = await t.read()
-    assert memo["parsed"] is not parsed and read.list.values == ["slurm"]
+    assert memo.parsed is not parsed and read.list.values == ["slurm"]
     await t.write(read, ["ds-a", "slurm"], OURS)
-    primed = memo["parsed"]
-    assert memo["version"][1] == kube.get("configmaps", "slurm", "cm")["metadata"]["resourceVersion"]
-    assert (await t.read()).list.values == ["ds-a", "slurm"] and memo["parsed"] is primed
+    primed = memo.parsed
+    assert memo.version[1] == kube.get("configmaps", "slurm", "cm")["metadata"]["resourceVersion"]
+    assert (await t.read()).list.values == ["ds-a", "slurm"] and memo.parsed is primed
     other_path = targets.ConfigMapTarget(kube, "slurm", "cm", "scheduler.conf", "scheduler.other", memo)
     assert (await other_path.read()).list.values == []                               # another path: its own entry
+
+
+def test_the_parse_memo_holds_one_version_and_only_with_a_resource_version() -> None:
+    memo, parses = targets.ParseMemo(), []
+
+    def parse(text: str) -> targets.Parsed:
+        parses.append(text)
+        return ({"text": text}, None)
+    assert memo.parse(("u", "1", "k", "p"), lambda: parse("a")) is memo.parse(("u", "1", "k", "p"), lambda: parse("b"))
+    memo.parse(("u", "2", "k", "p"), lambda: parse("c"))                  # the next version replaces it
+    assert memo.get(("u", "1", "k", "p")) is None and memo.get(("u", "2", "k", "p")) == ({"text": "c"}, None)
+    memo.parse(("u", None, "k", "p"), lambda: parse("d"))                  # not stored yet: never a hit
+    memo.parse(("u", None, "k", "p"), lambda: parse("e"))
+    assert parses == ["a", "c", "d", "e"]
+    memo.remember(("u", "3", "k", "p"), ({}, None), written={"metadata": {"resourceVersion": "3"}}, ledger=OURS)
+    memo.parse(("u", "4", "k", "p"), lambda: parse("f"))                  # what a write left goes with its version
+    assert (memo.written, memo.ledger, memo.span) == (None, None, None)
+    memo.clear()
+    assert (memo.version, memo.parsed) == (None, None)
 
 
 @pytest.mark.parametrize("setup, reason, fragment", [
@@ -143,7 +162,7 @@ async def test_configmap_write_problems(immutable, after_read, reason, fragment)
     assert info.value.reason == reason and fragment in info.value.message
 
 
-@pytest.mark.parametrize("memo", [None, {}])
+@pytest.mark.parametrize("memo", [None, targets.ParseMemo()])
 async def test_malformed_yaml_is_never_written_over(memo) -> None:
     """Even by a caller that writes despite the read's error (the controller does not): InvalidConfig."""
     kube = FakeKube()
@@ -257,7 +276,7 @@ scheduler:
 
 
 async def test_application_list_in_the_values_string_is_edited_in_place() -> None:
-    kube, memo = FakeKube(), {}
+    kube, memo = FakeKube(), targets.ParseMemo()
     application(kube, {"source": {"repoURL": "r", "chart": "slurm", "helm": {"values": VALUES}}})
     t = targets.ApplicationTarget(kube, "argocd", "slurm", PATH, memo)
     read = await t.read()
@@ -268,8 +287,8 @@ async def test_application_list_in_the_values_string_is_edited_in_place() -> Non
     assert patch["spec"] == {"source": {"helm": {"values": VALUES.replace("- slurm", "- ds-a\n      - slurm")}}}
     helm = kube.get("applications", "argocd", "slurm")["spec"]["source"]["helm"]
     assert "valuesObject" not in helm and "# the admin's values" in helm["values"] and "KillWait: 60" in helm["values"]
-    primed = memo["parsed"]                                   # our write primed the parse of the next read
-    assert (await t.read()).list.values == ["ds-a", "slurm"] and memo["parsed"] is primed
+    primed = memo.parsed                                   # our write primed the parse of the next read
+    assert (await t.read()).list.values == ["ds-a", "slurm"] and memo.parsed is primed
 
 
 async def test_application_values_string_without_the_path_gets_it_there_not_in_a_values_object() -> None:

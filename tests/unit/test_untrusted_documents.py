@@ -80,7 +80,7 @@ async def test_a_write_that_would_pass_a_bound_is_refused_and_nothing_is_written
     assert kube.count("replace_configmap") == 0
 
 
-@pytest.mark.parametrize("memo", [None, {}])
+@pytest.mark.parametrize("memo", [None, targets.ParseMemo()])
 async def test_configmap_target_reads_the_refusal_and_never_writes_over_it(memo) -> None:
     kube = FakeKube()
     kube.add("configmaps", {"metadata": {"namespace": "slurm", "name": "cm"}, "data": {"scheduler.conf": BOMB}})
@@ -97,7 +97,7 @@ async def test_a_burst_write_through_the_span_skips_the_check(monkeypatch: pytes
     kube = FakeKube()
     kube.add("configmaps", {"metadata": {"namespace": "slurm", "name": "cm"},
                             "data": {"scheduler.conf": "scheduler:\n  scope:\n    namespaces:\n    - team\n"}})
-    t = targets.ConfigMapTarget(kube, "slurm", "cm", "scheduler.conf", PATH, {})
+    t = targets.ConfigMapTarget(kube, "slurm", "cm", "scheduler.conf", PATH, targets.ParseMemo())
     await t.write(await t.read(), ["ds-a", "team"], OURS)
     monkeypatch.setattr(untrusted, "check", lambda text: (_ for _ in ()).throw(AssertionError("checked")))
     await t.write(await t.read(reuse=True), ["ds-a", "ds-b", "team"], OURS)   # our own text, re-rendered at the span
@@ -140,7 +140,7 @@ async def test_flux_values_configmap_bomb_is_refused_and_never_replaced() -> Non
                               "metadata": {"namespace": "slurm", "name": "slurm"},
                               "spec": {"valuesFrom": [{"kind": "ConfigMap", "name": "vals", "valuesKey": "values.yaml"}]}})
     kube.add("configmaps", {"metadata": {"namespace": "slurm", "name": "vals"}, "data": {"values.yaml": BOMB}})
-    t = targets.FluxTarget(kube, "slurm", "slurm", "vals", "values.yaml", PATH, {})
+    t = targets.FluxTarget(kube, "slurm", "slurm", "vals", "values.yaml", PATH, targets.ParseMemo())
     read = await t.read()
     assert read.list.reason == ScopeSynced.DOCUMENT_REFUSED and REFUSED in read.list.error
     with pytest.raises(Problem) as info:

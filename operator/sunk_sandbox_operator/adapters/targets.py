@@ -24,6 +24,7 @@ from ..core import scope_doc
 from ..core.target_ref import APPLICATION, CONFIGMAP, FLUX, TargetRef, locate
 from ..core.problems import Problem
 from ..core.ledger import Ledger, decode as decode_ledger, encode as encode_ledger
+from ..core.yaml_splice import Span
 from . import kube as k
 
 
@@ -109,34 +110,56 @@ def _version(obj: dict, *fingerprint: str) -> tuple:
     return (meta.get("uid"), meta.get("resourceVersion"), *fingerprint)
 
 
-def _memoized(memo: dict | None, version: tuple, parse: Callable[[], tuple]) -> tuple:
-    """Parse a target document once per object version: an unchanged target is never re-parsed.
-    `memo` (kept by the caller between syncs) holds the last version and what it parsed to."""
-    if memo is not None and version[1] and memo.get("version") == version:
-        return memo["parsed"]
-    parsed = parse()
-    _remember(memo, version, parsed)
-    return parsed
+Version = tuple[Any, ...]          # (uid, resourceVersion, *where the document sits in the object)
+Parsed = tuple[Any, str | None]    # scope_doc.parse: (the document, its error)
 
 
-def _remember(memo: dict | None, version: tuple, parsed: tuple, **more: Any) -> None:
-    if memo is not None:
-        memo.clear()
-        memo.update(version=version, parsed=parsed, **more)
+@dataclass(slots=True)
+class ParseMemo:
+    """A target's document as last parsed, for one object version: an unchanged target is never
+    re-parsed. Kept by the caller between syncs (`ScopeMemory.parsed`); it holds one version only,
+    so it costs one document at most. What our own last write produced rides along: the list's span
+    in that text (the next edit splices there) and the object the write returned (`read(reuse=True)`)."""
+
+    version: Version | None = None
+    parsed: Parsed | None = None
+    span: Span | None = None        # the list's span in the text our last write produced
+    written: dict | None = None     # the object our last write returned (ConfigMapTarget)
+    ledger: Ledger | None = None    # ... and the ledger it carries
+
+    def get(self, version: Version) -> Parsed | None:
+        """What `version` parsed to, if it is the version held (one without a resourceVersion never is)."""
+        return self.parsed if version[1] and self.version == version else None
+
+    def remember(self, version: Version, parsed: Parsed, *, span: Span | None = None, written: dict | None = None,
+                 ledger: Ledger | None = None) -> None:
+        """Hold `version` instead of the one before (and only what this call says of it)."""
+        self.version, self.parsed, self.span, self.written, self.ledger = version, parsed, span, written, ledger
+
+    def parse(self, version: Version, parse: Callable[[], Parsed]) -> Parsed:
+        """`version`'s parse: the one held, else `parse()` (then held)."""
+        parsed = self.get(version)
+        if parsed is None:
+            parsed = parse()
+            self.remember(version, parsed)
+        return parsed
+
+    def clear(self) -> None:
+        self.version = self.parsed = self.span = self.written = self.ledger = None
 
 
-def _edited_key(target: Any, memo: dict, read: TargetRead, values: list[str] | None) -> tuple[dict, tuple, Any]:
+def _edited_key(target: Any, memo: ParseMemo, read: TargetRead, values: list[str] | None) -> tuple[dict, Parsed, Span | None]:
     """The ConfigMap data with the list at `target.path` in `target.key` set to `values` (None: as is),
     what the key's text parses to (checked by the edit), and the list's span in it for the next edit."""
     data = read.obj.get("data") or {}
     text = data.get(target.key) or ""
-    parsed = _memoized(memo, _version(read.obj, target.key, target.path), lambda: scope_doc.parse(text))
+    parsed = memo.parse(_version(read.obj, target.key, target.path), lambda: scope_doc.parse(text))
     if values is None:
         return data, parsed, None
     if parsed[1]:  # malformed or refused YAML is never overwritten (edit takes the parse as valid)
         raise Problem(scope_doc.error_reason(parsed[1]), f"{target.describe()}: {parsed[1]}")
     try:  # the span of our previous write, when this is the text it produced: no re-parse
-        e = scope_doc.edit(text, target.path, values, read.list.style, parsed[0], memo.get("span"))
+        e = scope_doc.edit(text, target.path, values, read.list.style, parsed[0], memo.span)
     except ValueError as exc:  # or untrusted.Refused: e.g. the new list would take the document past a bound
         raise Problem(scope_doc.error_reason(exc), f"{target.describe()}: {exc}") from None
     return {**data, target.key: e.text}, (e.data, None), e.span
@@ -148,9 +171,10 @@ class ConfigMapTarget:
     kind = "ConfigMap"
     can_roll = True
 
-    def __init__(self, kube: k.KubeAPI, namespace: str, name: str, key: str, path: str, memo: dict | None = None) -> None:
+    def __init__(self, kube: k.KubeAPI, namespace: str, name: str, key: str, path: str,
+                 memo: ParseMemo | None = None) -> None:
         self.kube, self.namespace, self.name, self.key, self.path = kube, namespace, name, key, path
-        self.memo = memo
+        self.memo = memo if memo is not None else ParseMemo()
 
     def describe(self) -> str:
         return f"ConfigMap {self.namespace}/{self.name} key {self.key} at {self.path}"
@@ -159,10 +183,10 @@ class ConfigMapTarget:
         return TargetRef(CONFIGMAP, self.namespace, self.name, self.path, self.key)
 
     async def read(self, reuse: bool = False) -> TargetRead:
-        memo = self.memo or {}
-        if reuse and memo.get("written") is not None:  # a burst: the object our last write returned
-            (doc, error), obj = memo["parsed"], memo["written"]
-            return TargetRead(scope_doc.read_parsed(doc, error, self.path), obj, memo["ledger"])
+        memo = self.memo
+        if reuse and memo.written is not None and memo.parsed is not None:  # a burst: what our last write returned
+            (doc, error), obj = memo.parsed, memo.written
+            return TargetRead(scope_doc.read_parsed(doc, error, self.path), obj, memo.ledger or Ledger())
         with _reading(self, f"ConfigMap {self.namespace}/{self.name}"):
             obj = await self.kube.get_configmap(self.namespace, self.name)
         data = obj.get("data") or {}
@@ -170,25 +194,24 @@ class ConfigMapTarget:
             raise Problem(ScopeSynced.TARGET_NOT_FOUND, f"ConfigMap {self.namespace}/{self.name} has no key "
                                 f"{self.key}: fix spec.scope.target.configMap.key")
         text = data[self.key]
-        doc, error = _memoized(self.memo, _version(obj, self.key, self.path), lambda: scope_doc.parse(text))
+        doc, error = self.memo.parse(_version(obj, self.key, self.path), lambda: scope_doc.parse(text))
         return TargetRead(scope_doc.read_parsed(doc, error, self.path), obj, _ledger(obj))
 
     def last_write(self) -> str | None:
-        written = (self.memo or {}).get("written")
+        written = self.memo.written
         return written["metadata"].get("resourceVersion") if written is not None else None
 
     async def write(self, read: TargetRead, values: list[str] | None, ledger: Ledger) -> str | None:
-        memo = self.memo if self.memo is not None else {}
-        data, parsed, span = _edited_key(self, memo, read, values)
+        data, parsed, span = _edited_key(self, self.memo, read, values)
         meta = {**read.obj["metadata"], "annotations": _annotations_with(read.obj, ledger)}
         body = {**read.obj, "metadata": meta, "data": data}
-        memo.pop("written", None)  # a failed write leaves nothing to reuse
+        self.memo.written = None  # a failed write leaves nothing to reuse
         with _writing(self):
             written = await self.kube.replace_configmap(self.namespace, self.name, body)
         # What we wrote parses to `parsed` (checked, or the text is unchanged): the next read need not
         # parse, and during a burst the next sync starts from this very object.
-        _remember(self.memo, _version(written, self.key, self.path), parsed, span=span, written=written,
-                  ledger=_ledger(written))
+        self.memo.remember(_version(written, self.key, self.path), parsed, span=span, written=written,
+                           ledger=_ledger(written))
         return (written.get("metadata") or {}).get("resourceVersion")
 
 
@@ -201,9 +224,10 @@ class ApplicationTarget:
     kind = "Application"
     can_roll = False  # Argo CD re-renders the chart, and the chart's checksum annotation rolls the scheduler
 
-    def __init__(self, kube: k.KubeAPI, namespace: str, name: str, path: str, memo: dict | None = None,
+    def __init__(self, kube: k.KubeAPI, namespace: str, name: str, path: str, memo: ParseMemo | None = None,
                  source_chart: str | None = None, source_index: int | None = None) -> None:
-        self.kube, self.namespace, self.name, self.path, self.memo = kube, namespace, name, path, memo
+        self.kube, self.namespace, self.name, self.path = kube, namespace, name, path
+        self.memo = memo if memo is not None else ParseMemo()
         self.source_chart, self.source_index = source_chart, source_index
         self.located: Any = None  # the app_values.Location of the last read (describe names it)
 
@@ -221,7 +245,7 @@ class ApplicationTarget:
             source = app_values.select_source(obj.get("spec") or {}, self.source_chart, self.source_index)
             version = _version(obj, source.where, "helm.values")  # a values string is parsed once per version
             return app_values.locate(source, self.path,
-                                     lambda text: _memoized(self.memo, version, lambda: scope_doc.parse(text)))
+                                     lambda text: self.memo.parse(version, lambda: scope_doc.parse(text)))
         except Problem as p:
             raise Problem(p.reason, f"Application {self.namespace}/{self.name}: {p.message}") from None
 
@@ -248,7 +272,7 @@ class ApplicationTarget:
         with _writing(self):
             written = await self.kube.merge_patch_application(self.namespace, self.name, patch)
         if new_doc is not None and loc is not None and written:  # the text written was checked to parse to new_doc
-            _remember(self.memo, _version(written, loc.source.where, "helm.values"), (new_doc, None))
+            self.memo.remember(_version(written, loc.source.where, "helm.values"), (new_doc, None))
         return ((written or {}).get("metadata") or {}).get("resourceVersion")
 
 
@@ -268,9 +292,10 @@ class FluxTarget:
     can_roll = False    # Flux upgrades the release, and the chart's checksum annotation rolls the scheduler
 
     def __init__(self, kube: k.KubeAPI, namespace: str, helm_release: str, name: str, key: str, path: str,
-                 memo: dict | None = None) -> None:
+                 memo: ParseMemo | None = None) -> None:
         self.kube, self.namespace, self.helm_release = kube, namespace, helm_release
-        self.name, self.key, self.path, self.memo = name, key, path, memo
+        self.name, self.key, self.path = name, key, path
+        self.memo = memo if memo is not None else ParseMemo()
 
     def describe(self) -> str:
         return (f"ConfigMap {self.namespace}/{self.name} key {self.key} at {self.path} (valuesFrom of HelmRelease "
@@ -322,15 +347,14 @@ class FluxTarget:
                 obj = {"apiVersion": "v1", "kind": "ConfigMap",
                        "metadata": {"namespace": self.namespace, "name": self.name}, "data": {}}
         text = (obj.get("data") or {}).get(self.key) or ""
-        doc, error = _memoized(self.memo, _version(obj, self.key, self.path), lambda: scope_doc.parse(text))
+        doc, error = self.memo.parse(_version(obj, self.key, self.path), lambda: scope_doc.parse(text))
         found = scope_doc.read_parsed(doc, error, self.path)
         if found.scope_type is None and inline_type is not None:
             found = replace(found, scope_type=inline_type)  # the chart's scope type lives in Git, next to the rest
         return TargetRead(found, obj, _ledger(obj))
 
     async def write(self, read: TargetRead, values: list[str] | None, ledger: Ledger) -> str | None:
-        memo = self.memo if self.memo is not None else {}
-        data, parsed, span = _edited_key(self, memo, read, values)
+        data, parsed, span = _edited_key(self, self.memo, read, values)
         meta = dict(read.obj.get("metadata") or {})
         labels = {**(meta.get("labels") or {}), FLUX_WATCH_LABEL[0]: FLUX_WATCH_LABEL[1]}  # kept on every write
         exists = bool(meta.get("resourceVersion"))
@@ -346,7 +370,7 @@ class FluxTarget:
                 written = await self.kube.replace_configmap(self.namespace, self.name, body)
             else:
                 written = await self.kube.create_configmap(self.namespace, body)
-        _remember(self.memo, _version(written, self.key, self.path), parsed, span=span)  # as ConfigMapTarget
+        self.memo.remember(_version(written, self.key, self.path), parsed, span=span)  # as ConfigMapTarget
         return (written.get("metadata") or {}).get("resourceVersion")
 
 
@@ -363,7 +387,7 @@ def _sets_path(values: Any, path: str) -> bool:
     return True
 
 
-def build(kube: k.KubeAPI, ref: TargetRef, memo: dict | None = None) -> ScopeTarget:
+def build(kube: k.KubeAPI, ref: TargetRef, memo: ParseMemo | None = None) -> ScopeTarget:
     """The target `ref` names; `memo` (kept by the caller between syncs) saves re-parsing it."""
     if ref.kind == APPLICATION:
         return ApplicationTarget(kube, ref.namespace, ref.name, ref.path, memo, ref.source_chart, ref.source_index)
@@ -382,6 +406,6 @@ def build(kube: k.KubeAPI, ref: TargetRef, memo: dict | None = None) -> ScopeTar
 
 
 def for_spec(kube: k.KubeAPI, spec: BindingSpec, scheduler_namespace: str, discovered_configmap: str | None,
-             memo: dict | None = None) -> ScopeTarget:
+             memo: ParseMemo | None = None) -> ScopeTarget:
     """The target the spec names, for a scheduler in `scheduler_namespace` (`target_ref.locate`)."""
     return build(kube, locate(spec, scheduler_namespace, discovered_configmap), memo)

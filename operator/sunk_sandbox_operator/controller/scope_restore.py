@@ -43,7 +43,7 @@ async def leave(ctx: Context, state: BindingState, mem: ScopeMemory, new_ref: Ta
     """The spec (or discovery) moved the list to another target: Restore in the one we kept
     (our names and our ledger entry leave it), then start fresh on the new one. A target the
     binding's namespace may no longer reach is not touched (said in an event)."""
-    old = targets.build(ctx.kube, mem.target_ref, {}) if mem.target_ref else None
+    old = targets.build(ctx.kube, mem.target_ref) if mem.target_ref else None
     if old is not None and not ctx.tenancy.may_reach(state.namespace, old.namespace):
         ctx.event(state, EventReason.SCOPE_NOT_RESTORED, f"the scope target moved from {old.describe()}, which "
                   f"bindings in {state.namespace} may not reach: the names added there were left as they are")
