@@ -56,3 +56,11 @@ def test_one_shape_of_domain_error():
                  and re.search(r"class \w+\((?:\w*Exception|\w*Error)\):(?:(?!\nclass ).)*self\.reason\b", p.read_text(),
                                re.S)]
     assert not offenders, offenders
+
+
+def test_adapters_raise_transport_errors_only():
+    """An adapter says what failed (adapters.kube's typed errors; targets.TargetFailed carrying the
+    facts) and the concern's catch point classifies it (core.scope_errors.classify): no adapter
+    makes a Problem."""
+    offenders = [str(p.relative_to(ROOT)) for p in (PACKAGE / "adapters").rglob("*.py") if "Problem(" in p.read_text()]
+    assert not offenders, offenders

@@ -9,7 +9,7 @@ import asyncio
 import pytest
 import yaml
 
-from sunk_sandbox_operator.core.problems import Problem
+from sunk_sandbox_operator.core.scope_errors import classify
 from sunk_sandbox_operator.adapters import kube as k
 from sunk_sandbox_operator.adapters import targets
 from sunk_sandbox_operator.api.keys import BINDING_LABEL, FLUX_WATCH_LABEL, MANAGED_BY_LABEL, SCOPE_LEDGER_ANNOTATION
@@ -38,7 +38,7 @@ def helmrelease(kube: FakeKube, values_from=WIRED, values: dict | None = None, n
                               "metadata": {"namespace": namespace, "name": "slurm"}, "spec": spec})
 
 
-def flux(kube: FakeKube, memo: dict | None = None) -> targets.FluxTarget:
+def flux(kube: FakeKube, memo: targets.ParseMemo | None = None) -> targets.FluxTarget:
     return targets.FluxTarget(kube, "slurm", "slurm", CM, "values.yaml", PATH, memo)
 
 
@@ -119,19 +119,19 @@ async def test_lost_races_are_conflicts_and_change_nothing() -> None:
 async def test_the_document_is_parsed_once_per_resource_version() -> None:
     kube = FakeKube()
     helmrelease(kube)
-    memo: dict = {}
+    memo = targets.ParseMemo()
     t = flux(kube, memo)
     await t.write(await t.read(), ["ds-a"], OURS)
-    primed = memo["parsed"]
-    assert memo["version"][1] == stored(kube)["metadata"]["resourceVersion"]
-    assert (await t.read()).list.values == ["ds-a"] and memo["parsed"] is primed
+    primed = memo.parsed
+    assert memo.version[1] == stored(kube)["metadata"]["resourceVersion"]
+    assert (await t.read()).list.values == ["ds-a"] and memo.parsed is primed
 
 
 async def test_the_next_write_of_our_own_text_neither_parses_nor_composes(monkeypatch) -> None:
     from sunk_sandbox_operator.core import scope_doc
     kube = FakeKube()
     helmrelease(kube)
-    memo: dict = {}
+    memo = targets.ParseMemo()
     t = flux(kube, memo)
     await t.write(await t.read(), ["ds-a", "slurm"], OURS)     # creates the document
     await t.write(await t.read(), ["ds-a", "slurm", "x"], OURS)  # a splice: its span is kept
@@ -154,9 +154,10 @@ async def test_malformed_yaml_in_the_key_is_never_written_over() -> None:
     t = flux(kube)
     read = await t.read()
     assert read.list.error and "malformed YAML" in read.list.error
-    with pytest.raises(Problem) as info:
+    with pytest.raises(targets.TargetFailed) as info:
         await t.write(read, ["ds-a"], OURS)
-    assert info.value.reason == "InvalidConfig" and kube.count("replace_configmap") == 0
+    problem = classify(info.value.error)
+    assert problem.reason == "InvalidConfig" and kube.count("replace_configmap") == 0
 
 
 # ---------------------------------------------------------------- the HelmRelease: read only, checked
@@ -172,11 +173,12 @@ async def test_malformed_yaml_in_the_key_is_never_written_over() -> None:
 async def test_a_helmrelease_not_reading_our_key_is_values_from_missing_with_the_entry_to_add(values_from, why) -> None:
     kube = FakeKube()
     helmrelease(kube, values_from)
-    with pytest.raises(Problem) as info:
+    with pytest.raises(targets.TargetFailed) as info:
         await flux(kube).read()
-    assert info.value.reason == "ValuesFromMissing" and why in info.value.message
-    assert "HelmRelease slurm/slurm" in info.value.message and "nothing is written" in info.value.message
-    assert snippet(info.value.message) == {"spec": {"valuesFrom": [
+    problem = classify(info.value.error)
+    assert problem.reason == "ValuesFromMissing" and why in problem.message
+    assert "HelmRelease slurm/slurm" in problem.message and "nothing is written" in problem.message
+    assert snippet(problem.message) == {"spec": {"valuesFrom": [
         {"kind": "ConfigMap", "name": CM, "valuesKey": "values.yaml"}]}}
     assert kube.count("get_configmap") == 0 and kube.count("create_configmap") == 0
 
@@ -196,9 +198,10 @@ async def test_flux_s_default_values_key_counts_and_a_second_entry_with_target_p
 async def test_inline_values_setting_the_path_override_ours_and_are_reported(values) -> None:
     kube = FakeKube()
     helmrelease(kube, values=values)
-    with pytest.raises(Problem) as info:
+    with pytest.raises(targets.TargetFailed) as info:
         await flux(kube).read()
-    assert info.value.reason == "ValuesOverridden" and f"sets {PATH} in its inline spec.values" in info.value.message
+    problem = classify(info.value.error)
+    assert problem.reason == "ValuesOverridden" and f"sets {PATH} in its inline spec.values" in problem.message
     assert kube.count("create_configmap") == 0
 
 
@@ -217,9 +220,10 @@ async def test_inline_values_elsewhere_are_fine_and_their_scope_type_is_seen() -
 async def test_read_problems(setup, reason, fragment) -> None:
     kube = FakeKube()
     setup(kube)
-    with pytest.raises(Problem) as info:
+    with pytest.raises(targets.TargetFailed) as info:
         await flux(kube).read()
-    assert info.value.reason == reason and fragment in info.value.message
+    problem = classify(info.value.error)
+    assert problem.reason == reason and fragment in problem.message
 
 
 async def test_a_create_the_operator_may_not_make_is_forbidden() -> None:
@@ -228,9 +232,10 @@ async def test_a_create_the_operator_may_not_make_is_forbidden() -> None:
     t = flux(kube)
     read = await t.read()
     kube.deny("create_configmap")
-    with pytest.raises(Problem) as info:
+    with pytest.raises(targets.TargetFailed) as info:
         await t.write(read, ["ds-a"], OURS)
-    assert info.value.reason == "Forbidden" and "may not write ConfigMap slurm/slurm-sunk-scope" in info.value.message
+    problem = classify(info.value.error)
+    assert problem.reason == "Forbidden" and "may not write ConfigMap slurm/slurm-sunk-scope" in problem.message
 
 
 # ---------------------------------------------------------------- the spec

@@ -128,14 +128,14 @@ async def test_unchanged_since_trusts_only_our_own_writes_up_to_the_one_asked_ab
 async def test_a_failed_write_leaves_nothing_to_reuse() -> None:
     kube = FakeKube()
     kube.add("configmaps", {"metadata": {"namespace": "slurm", "name": "cm"}, "data": {"scheduler.conf": CONF}})
-    memo: dict = {}
+    memo = targets.ParseMemo()
     target = targets.ConfigMapTarget(kube, "slurm", "cm", "scheduler.conf", "scheduler.scope.namespaces", memo)
     read = await target.read()
     written = await target.write(read, ["a", "slurm"], Ledger())
     assert target.last_write() == written
     again = await target.read(reuse=True)
     assert kube.count("get_configmap") == 1 and again.list.values == ["a", "slurm"]
-    assert again.obj["metadata"]["resourceVersion"] == written and memo["span"] is not None
+    assert again.obj["metadata"]["resourceVersion"] == written and memo.span is not None
     kube.edit("configmaps", "slurm", "cm", lambda cm: None)
     try:
         await target.write(again, ["a", "b", "slurm"], Ledger())

@@ -636,13 +636,13 @@ async def test_an_unchanged_target_is_parsed_once_per_resource_version(harness) 
     h = harness()
     state = world(h, "scheduler:\n  scope:\n    type: namespace\n    namespaces: [slurm, ds-known]\n")
     await scope.sync(h.ctx, state)
-    first = state.scope.parsed["parsed"]
+    first = state.scope.parsed.parsed
     await scope.sync(h.ctx, state)
-    assert state.scope.parsed["parsed"] is first                        # the same object: not parsed again
+    assert state.scope.parsed.parsed is first                        # the same object: not parsed again
     h.kube.edit("configmaps", "slurm", "cm", lambda cm: cm["data"].update(
         {"scheduler.conf": "scheduler:\n  scope:\n    type: namespace\n    namespaces: [slurm]\n"}))
     await scope.sync(h.ctx, state)
-    assert listed(h) == ["ds-known", "slurm"] and state.scope.parsed["parsed"] is not first
+    assert listed(h) == ["ds-known", "slurm"] and state.scope.parsed.parsed is not first
 
 
 async def test_during_a_burst_the_scheduler_rolls_once_after_the_last_write(harness) -> None:

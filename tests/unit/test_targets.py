@@ -1,11 +1,12 @@
 """Scope targets against the fake Kube: read the list, write it with the read's precondition (and the
-ledger in the same request), and every failure as a Problem with its ScopeSynced reason."""
+ledger in the same request), and every failure as the facts (`TargetFailed`) that classify to its
+ScopeSynced reason and fix (`core.scope_errors.classify`; the table itself: test_scope_errors.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from sunk_sandbox_operator.core.problems import Problem
+from sunk_sandbox_operator.core.scope_errors import classify
 from sunk_sandbox_operator.adapters import kube as k
 from sunk_sandbox_operator.adapters import targets
 from sunk_sandbox_operator.api.keys import SCOPE_LEDGER_ANNOTATION
@@ -93,21 +94,40 @@ async def test_configmap_write_after_someone_else_wrote_is_a_conflict_and_change
 
 async def test_configmap_parses_once_per_resource_version_and_our_write_primes_the_next_read() -> None:
     kube = FakeKube()
-    memo: dict = {}
+    memo = targets.ParseMemo()
     configmap(kube)
     t = targets.ConfigMapTarget(kube, "slurm", "cm", "scheduler.conf", PATH, memo)
     read = await t.read()
-    parsed = memo["parsed"]
-    assert (await t.read()).list == read.list and memo["parsed"] is parsed        # the same version: no parse
+    parsed = memo.parsed
+    assert (await t.read()).list == read.list and memo.parsed is parsed        # the same version: no parse
     kube.edit("configmaps", "slurm", "cm", lambda cm: None)                        # a new resourceVersion
     read = await t.read()
-    assert memo["parsed"] is not parsed and read.list.values == ["slurm"]
+    assert memo.parsed is not parsed and read.list.values == ["slurm"]
     await t.write(read, ["ds-a", "slurm"], OURS)
-    primed = memo["parsed"]
-    assert memo["version"][1] == kube.get("configmaps", "slurm", "cm")["metadata"]["resourceVersion"]
-    assert (await t.read()).list.values == ["ds-a", "slurm"] and memo["parsed"] is primed
+    primed = memo.parsed
+    assert memo.version[1] == kube.get("configmaps", "slurm", "cm")["metadata"]["resourceVersion"]
+    assert (await t.read()).list.values == ["ds-a", "slurm"] and memo.parsed is primed
     other_path = targets.ConfigMapTarget(kube, "slurm", "cm", "scheduler.conf", "scheduler.other", memo)
     assert (await other_path.read()).list.values == []                               # another path: its own entry
+
+
+def test_the_parse_memo_holds_one_version_and_only_with_a_resource_version() -> None:
+    memo, parses = targets.ParseMemo(), []
+
+    def parse(text: str) -> targets.Parsed:
+        parses.append(text)
+        return ({"text": text}, None)
+    assert memo.parse(("u", "1", "k", "p"), lambda: parse("a")) is memo.parse(("u", "1", "k", "p"), lambda: parse("b"))
+    memo.parse(("u", "2", "k", "p"), lambda: parse("c"))                  # the next version replaces it
+    assert memo.get(("u", "1", "k", "p")) is None and memo.get(("u", "2", "k", "p")) == ({"text": "c"}, None)
+    memo.parse(("u", None, "k", "p"), lambda: parse("d"))                  # not stored yet: never a hit
+    memo.parse(("u", None, "k", "p"), lambda: parse("e"))
+    assert parses == ["a", "c", "d", "e"]
+    memo.remember(("u", "3", "k", "p"), ({}, None), written={"metadata": {"resourceVersion": "3"}}, ledger=OURS)
+    memo.parse(("u", "4", "k", "p"), lambda: parse("f"))                  # what a write left goes with its version
+    assert (memo.written, memo.ledger, memo.span) == (None, None, None)
+    memo.clear()
+    assert (memo.version, memo.parsed) == (None, None)
 
 
 @pytest.mark.parametrize("setup, reason, fragment", [
@@ -121,9 +141,10 @@ async def test_configmap_parses_once_per_resource_version_and_our_write_primes_t
 async def test_configmap_read_problems(setup, reason, fragment) -> None:
     kube = FakeKube()
     setup(kube)
-    with pytest.raises(Problem) as info:
+    with pytest.raises(targets.TargetFailed) as info:
         await targets.ConfigMapTarget(kube, "slurm", "cm", "scheduler.conf", PATH).read()
-    assert info.value.reason == reason and fragment in info.value.message
+    problem = classify(info.value.error)
+    assert problem.reason == reason and fragment in problem.message
 
 
 @pytest.mark.parametrize("immutable, after_read, reason, fragment", [
@@ -138,12 +159,13 @@ async def test_configmap_write_problems(immutable, after_read, reason, fragment)
     t = configmap(kube, **({"immutable": True} if immutable else {}))
     read = await t.read()
     after_read(kube)
-    with pytest.raises(Problem) as info:
+    with pytest.raises(targets.TargetFailed) as info:
         await t.write(read, ["ds-a", "slurm"], OURS)
-    assert info.value.reason == reason and fragment in info.value.message
+    problem = classify(info.value.error)
+    assert problem.reason == reason and fragment in problem.message
 
 
-@pytest.mark.parametrize("memo", [None, {}])
+@pytest.mark.parametrize("memo", [None, targets.ParseMemo()])
 async def test_malformed_yaml_is_never_written_over(memo) -> None:
     """Even by a caller that writes despite the read's error (the controller does not): InvalidConfig."""
     kube = FakeKube()
@@ -152,9 +174,10 @@ async def test_malformed_yaml_is_never_written_over(memo) -> None:
     t = targets.ConfigMapTarget(kube, "slurm", "cm", "scheduler.conf", PATH, memo)
     read = await t.read()
     assert read.list.error and "malformed YAML" in read.list.error
-    with pytest.raises(Problem) as info:
+    with pytest.raises(targets.TargetFailed) as info:
         await t.write(read, ["ds-a"], OURS)
-    assert info.value.reason == "InvalidConfig" and t.describe() in info.value.message
+    problem = classify(info.value.error)
+    assert problem.reason == "InvalidConfig" and t.describe() in problem.message
     assert kube.count("replace_configmap") == 0 and kube.get("configmaps", "slurm", "cm")["data"]["scheduler.conf"] == broken
 
 
@@ -225,9 +248,10 @@ async def test_application_without_helm_values_reads_an_empty_list() -> None:
 async def test_application_read_problems(setup, reason, fragment) -> None:
     kube = FakeKube()
     setup(kube)
-    with pytest.raises(Problem) as info:
+    with pytest.raises(targets.TargetFailed) as info:
         await targets.ApplicationTarget(kube, "argocd", "slurm", PATH).read()
-    assert info.value.reason == reason and fragment in info.value.message
+    problem = classify(info.value.error)
+    assert problem.reason == reason and fragment in problem.message
 
 
 @pytest.mark.parametrize("setup, reason", [
@@ -241,9 +265,10 @@ async def test_application_write_problems(setup, reason) -> None:
     t = application(kube)
     read = await t.read()
     setup(kube)
-    with pytest.raises(Problem) as info:
+    with pytest.raises(targets.TargetFailed) as info:
         await t.write(read, ["ds-a", "slurm"], OURS)
-    assert info.value.reason == reason
+    problem = classify(info.value.error)
+    assert problem.reason == reason
 
 
 VALUES = """# the admin's values
@@ -257,7 +282,7 @@ scheduler:
 
 
 async def test_application_list_in_the_values_string_is_edited_in_place() -> None:
-    kube, memo = FakeKube(), {}
+    kube, memo = FakeKube(), targets.ParseMemo()
     application(kube, {"source": {"repoURL": "r", "chart": "slurm", "helm": {"values": VALUES}}})
     t = targets.ApplicationTarget(kube, "argocd", "slurm", PATH, memo)
     read = await t.read()
@@ -268,8 +293,8 @@ async def test_application_list_in_the_values_string_is_edited_in_place() -> Non
     assert patch["spec"] == {"source": {"helm": {"values": VALUES.replace("- slurm", "- ds-a\n      - slurm")}}}
     helm = kube.get("applications", "argocd", "slurm")["spec"]["source"]["helm"]
     assert "valuesObject" not in helm and "# the admin's values" in helm["values"] and "KillWait: 60" in helm["values"]
-    primed = memo["parsed"]                                   # our write primed the parse of the next read
-    assert (await t.read()).list.values == ["ds-a", "slurm"] and memo["parsed"] is primed
+    primed = memo.parsed                                   # our write primed the parse of the next read
+    assert (await t.read()).list.values == ["ds-a", "slurm"] and memo.parsed is primed
 
 
 async def test_application_values_string_without_the_path_gets_it_there_not_in_a_values_object() -> None:
@@ -284,10 +309,11 @@ async def test_application_values_string_without_the_path_gets_it_there_not_in_a
 async def test_application_list_possibly_in_value_files_is_reported_and_never_written() -> None:
     kube = FakeKube()
     t = application(kube, {"source": {"helm": {"valueFiles": ["values-prod.yaml"], "valuesObject": {"x": 1}}}})
-    with pytest.raises(Problem) as info:
+    with pytest.raises(targets.TargetFailed) as info:
         await t.read()
-    assert info.value.reason == "ListNotEditable" and "values-prod.yaml" in info.value.message
-    assert info.value.message.startswith("Application argocd/slurm: ") and kube.count("merge_patch_application") == 0
+    problem = classify(info.value.error)
+    assert problem.reason == "ListNotEditable" and "values-prod.yaml" in problem.message
+    assert problem.message.startswith("Application argocd/slurm: ") and kube.count("merge_patch_application") == 0
 
 
 async def test_application_malformed_values_string_reads_as_an_error_and_is_never_written_over() -> None:
@@ -295,9 +321,10 @@ async def test_application_malformed_values_string_reads_as_an_error_and_is_neve
     t = application(kube, {"source": {"helm": {"values": "scheduler: [\n"}}})
     read = await t.read()
     assert "malformed YAML" in read.list.error
-    with pytest.raises(Problem) as info:
+    with pytest.raises(targets.TargetFailed) as info:
         await t.write(read, ["ds-a"], OURS)
-    assert info.value.reason == "InvalidConfig" and kube.count("merge_patch_application") == 0
+    problem = classify(info.value.error)
+    assert problem.reason == "InvalidConfig" and kube.count("merge_patch_application") == 0
 
 
 def multi_source(kube: FakeKube, **selector) -> targets.ApplicationTarget:
@@ -335,9 +362,10 @@ async def test_multi_source_write_after_another_source_changed_is_a_conflict() -
 
 
 async def test_multi_source_without_a_selector_names_the_field() -> None:
-    with pytest.raises(Problem) as info:
+    with pytest.raises(targets.TargetFailed) as info:
         await multi_source(FakeKube()).read()
-    assert info.value.reason == "InvalidConfig" and "spec.scope.target.application.sourceChart" in info.value.message
+    problem = classify(info.value.error)
+    assert problem.reason == "InvalidConfig" and "spec.scope.target.application.sourceChart" in problem.message
 
 
 # ---------------------------------------------------------------- choosing the target
@@ -370,7 +398,8 @@ def test_application_source_selectors_are_exclusive() -> None:
 
 
 def test_for_spec_without_a_configmap_name_says_how_to_fix_it() -> None:
-    with pytest.raises(Problem) as info:
+    with pytest.raises(targets.TargetFailed) as info:
         targets.for_spec(FakeKube(), _spec({}), "slurm", None)
-    assert info.value.reason == "TargetNotFound"
-    assert "app.kubernetes.io/component=scheduler" in info.value.message and "ArgoCDApplication" in info.value.message
+    problem = classify(info.value.error)
+    assert problem.reason == "TargetNotFound"
+    assert "app.kubernetes.io/component=scheduler" in problem.message and "ArgoCDApplication" in problem.message

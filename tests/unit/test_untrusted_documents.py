@@ -13,7 +13,7 @@ import copy
 
 import pytest
 
-from sunk_sandbox_operator.core.problems import Problem
+from sunk_sandbox_operator.core.scope_errors import classify
 from sunk_sandbox_operator.adapters import targets
 from sunk_sandbox_operator.api.reasons import ScopeSynced
 from sunk_sandbox_operator.api.spec import parse_spec
@@ -74,22 +74,24 @@ async def test_a_write_that_would_pass_a_bound_is_refused_and_nothing_is_written
     t = targets.ConfigMapTarget(kube, "slurm", "cm", "scheduler.conf", PATH)
     read = await t.read()
     assert read.list.values == ["team"]
-    with pytest.raises(Problem) as info:
+    with pytest.raises(targets.TargetFailed) as info:
         await t.write(read, ["team"] + [f"ds-{i}" for i in range(20)], OURS)
-    assert info.value.reason == ScopeSynced.DOCUMENT_REFUSED and f"more than {untrusted.MAX_NODES:,} YAML nodes" in info.value.message
+    problem = classify(info.value.error)
+    assert problem.reason == ScopeSynced.DOCUMENT_REFUSED and f"more than {untrusted.MAX_NODES:,} YAML nodes" in problem.message
     assert kube.count("replace_configmap") == 0
 
 
-@pytest.mark.parametrize("memo", [None, {}])
+@pytest.mark.parametrize("memo", [None, targets.ParseMemo()])
 async def test_configmap_target_reads_the_refusal_and_never_writes_over_it(memo) -> None:
     kube = FakeKube()
     kube.add("configmaps", {"metadata": {"namespace": "slurm", "name": "cm"}, "data": {"scheduler.conf": BOMB}})
     t = targets.ConfigMapTarget(kube, "slurm", "cm", "scheduler.conf", PATH, memo)
     read = await t.read()
     assert read.list.values is None and read.list.reason == ScopeSynced.DOCUMENT_REFUSED and REFUSED in read.list.error
-    with pytest.raises(Problem) as info:   # even a caller that writes despite the error
+    with pytest.raises(targets.TargetFailed) as info:   # even a caller that writes despite the error
         await t.write(read, ["ds-a"], OURS)
-    assert info.value.reason == ScopeSynced.DOCUMENT_REFUSED and t.describe() in info.value.message
+    problem = classify(info.value.error)
+    assert problem.reason == ScopeSynced.DOCUMENT_REFUSED and t.describe() in problem.message
     assert kube.count("replace_configmap") == 0
 
 
@@ -97,7 +99,7 @@ async def test_a_burst_write_through_the_span_skips_the_check(monkeypatch: pytes
     kube = FakeKube()
     kube.add("configmaps", {"metadata": {"namespace": "slurm", "name": "cm"},
                             "data": {"scheduler.conf": "scheduler:\n  scope:\n    namespaces:\n    - team\n"}})
-    t = targets.ConfigMapTarget(kube, "slurm", "cm", "scheduler.conf", PATH, {})
+    t = targets.ConfigMapTarget(kube, "slurm", "cm", "scheduler.conf", PATH, targets.ParseMemo())
     await t.write(await t.read(), ["ds-a", "team"], OURS)
     monkeypatch.setattr(untrusted, "check", lambda text: (_ for _ in ()).throw(AssertionError("checked")))
     await t.write(await t.read(reuse=True), ["ds-a", "ds-b", "team"], OURS)   # our own text, re-rendered at the span
@@ -117,9 +119,10 @@ async def test_application_values_string_bomb_is_refused_and_never_patched() -> 
     read = await t.read()
     assert read.list.reason == ScopeSynced.DOCUMENT_REFUSED and REFUSED in read.list.error
     assert t.describe() == f"Application argocd/slurm at {PATH} in spec.source.helm.values"
-    with pytest.raises(Problem) as info:
+    with pytest.raises(targets.TargetFailed) as info:
         await t.write(read, ["ds-a"], OURS)
-    assert info.value.reason == ScopeSynced.DOCUMENT_REFUSED and kube.count("merge_patch_application") == 0
+    problem = classify(info.value.error)
+    assert problem.reason == ScopeSynced.DOCUMENT_REFUSED and kube.count("merge_patch_application") == 0
 
 
 def test_app_values_locate_and_patch_name_the_refusal() -> None:
@@ -140,12 +143,13 @@ async def test_flux_values_configmap_bomb_is_refused_and_never_replaced() -> Non
                               "metadata": {"namespace": "slurm", "name": "slurm"},
                               "spec": {"valuesFrom": [{"kind": "ConfigMap", "name": "vals", "valuesKey": "values.yaml"}]}})
     kube.add("configmaps", {"metadata": {"namespace": "slurm", "name": "vals"}, "data": {"values.yaml": BOMB}})
-    t = targets.FluxTarget(kube, "slurm", "slurm", "vals", "values.yaml", PATH, {})
+    t = targets.FluxTarget(kube, "slurm", "slurm", "vals", "values.yaml", PATH, targets.ParseMemo())
     read = await t.read()
     assert read.list.reason == ScopeSynced.DOCUMENT_REFUSED and REFUSED in read.list.error
-    with pytest.raises(Problem) as info:
+    with pytest.raises(targets.TargetFailed) as info:
         await t.write(read, ["ds-a"], OURS)
-    assert info.value.reason == ScopeSynced.DOCUMENT_REFUSED and "ConfigMap slurm/vals key values.yaml" in info.value.message
+    problem = classify(info.value.error)
+    assert problem.reason == ScopeSynced.DOCUMENT_REFUSED and "ConfigMap slurm/vals key values.yaml" in problem.message
     assert kube.count("replace_configmap") == 0 and kube.count("create_configmap") == 0
 
 

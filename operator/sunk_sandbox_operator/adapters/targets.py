@@ -2,10 +2,13 @@
 
 A target reads the list (`read` → `TargetRead`: the values, their style, and the object as a
 precondition) and writes a new one with that precondition (`write`: raises `kube.Conflict` when
-the object changed since the read). Every failure the operator can explain is a `Problem`
-carrying the ScopeSynced reason and the fix. Which object a spec names is `core.target_ref`'s to
-say (`locate`); `build` turns that descriptor into the class that reads and writes it here. The documents are tenant-written: scope_doc.parse reads them through core/untrusted
-(once per resourceVersion, a refusal too), and a refused one (DocumentRefused) is never written over.
+the object changed since the read: a lost race, for the retry). Every other failure it can
+explain is a `TargetFailed` carrying the facts (`core.scope_errors.TargetError`, the API's error as
+its cause): this module knows no condition reasons; the scope pipeline classifies the facts
+(`scope_errors.classify`: the ScopeSynced reason and the fix). Which object a spec names is
+`core.target_ref`'s to say (`locate`); `build` turns that descriptor into the class that reads and
+writes it here. The documents are tenant-written: scope_doc.parse reads them through core/untrusted
+(once per resourceVersion, a refusal too: `ParseMemo`), and a refused one is never written over.
 """
 
 from __future__ import annotations
@@ -14,19 +17,26 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator, Protocol
 
-import yaml
-
-from ..api.keys import BINDING_LABEL, FLUX_WATCH_LABEL, MANAGED_BY_LABEL, SCHEDULER_CONFIGMAP_LABEL, SCOPE_LEDGER_ANNOTATION
-from ..api.reasons import ScopeSynced, grant_targets
+from ..api.keys import BINDING_LABEL, FLUX_WATCH_LABEL, MANAGED_BY_LABEL, SCOPE_LEDGER_ANNOTATION
 from ..api.spec import BindingSpec
 from ..core.grants import binding_label
 from ..core import scope_doc
 from ..core.target_ref import APPLICATION, CONFIGMAP, FLUX, TargetRef, locate
 from ..core.problems import Problem
+from ..core.scope_errors import Cause, Op, TargetError
 from ..core.ledger import Ledger, decode as decode_ledger, encode as encode_ledger
+from ..core.yaml_splice import Span
 from . import kube as k
 
 
+class TargetFailed(Exception):
+    """A target could not be built, read or written: `error` says what failed, as facts, for the scope
+    pipeline to classify (`core.scope_errors.classify`); the API's error, if any, is the cause."""
+
+    def __init__(self, error: TargetError) -> None:
+        detail = f": {error.detail}" if error.detail else ""
+        super().__init__(f"{error.op} {error.target or error.obj}: {error.cause}{detail}")
+        self.error = error
 
 
 @dataclass(frozen=True)
@@ -76,17 +86,19 @@ class ScopeTarget(Protocol):
         ...
 
 
+def _answer(exc: k.KubeError) -> Cause:
+    return "not-found" if isinstance(exc, k.NotFound) else "forbidden" if isinstance(exc, k.Forbidden) else "invalid"
+
+
 @contextmanager
 def _reading(target: "ScopeTarget", what: str, field: str = "spec.scope.target",
              denied: str | None = None) -> Iterator[None]:
-    """The API's answers to a read, as the problems ScopeSynced reports (with the fix)."""
+    """The API's answers to a read of `what` (which `field` names; `denied`: as a refusal names it)."""
     try:
         yield
-    except k.NotFound:
-        raise Problem(ScopeSynced.TARGET_NOT_FOUND, f"{what} not found: create it or fix {field}") from None
-    except k.Forbidden as exc:
-        raise Problem(ScopeSynced.FORBIDDEN, f"the operator may not read {denied or target.describe()}: {exc}; "
-                            f"{grant_targets(target.namespace)}") from None
+    except (k.NotFound, k.Forbidden) as exc:
+        raise TargetFailed(TargetError("read", _answer(exc), denied or target.describe(), target.namespace, what, field,
+                                       detail=str(exc))) from exc
 
 
 @contextmanager
@@ -94,14 +106,20 @@ def _writing(target: "ScopeTarget") -> Iterator[None]:
     """The API's answers to a write with a precondition (kube.Conflict passes through: a lost race)."""
     try:
         yield
-    except k.Forbidden as exc:
-        raise Problem(ScopeSynced.FORBIDDEN, f"the operator may not write {target.describe()}: {exc}; "
-                            f"{grant_targets(target.namespace)}") from None
-    except k.NotFound:
-        raise Problem(ScopeSynced.TARGET_NOT_FOUND, f"{target.describe()} disappeared while being written") from None
-    except k.Invalid as exc:
-        raise Problem(ScopeSynced.INVALID_CONFIG,
-                            f"the API server refused the write to {target.describe()}: {exc}") from None
+    except (k.Forbidden, k.NotFound, k.Invalid) as exc:
+        raise TargetFailed(TargetError("write", _answer(exc), target.describe(), target.namespace,
+                                       detail=str(exc))) from exc
+
+
+def _document(target: "ScopeTarget", error: str | Exception) -> TargetFailed:
+    """The document cannot take the new list (malformed, an edit it does not allow, or refused as untrusted)."""
+    return TargetFailed(TargetError("write", "refused" if scope_doc.refused(error) else "document", target.describe(),
+                                    target.namespace, detail=str(error)))
+
+
+def _judged(op: Op, where: str, p: Problem) -> TargetFailed:
+    """What core.app_values found wrong with an Application's values (its reason and explanation)."""
+    return TargetFailed(TargetError(op, "values", where, detail=p.message, reason=p.reason))
 
 
 def _version(obj: dict, *fingerprint: str) -> tuple:
@@ -109,36 +127,58 @@ def _version(obj: dict, *fingerprint: str) -> tuple:
     return (meta.get("uid"), meta.get("resourceVersion"), *fingerprint)
 
 
-def _memoized(memo: dict | None, version: tuple, parse: Callable[[], tuple]) -> tuple:
-    """Parse a target document once per object version: an unchanged target is never re-parsed.
-    `memo` (kept by the caller between syncs) holds the last version and what it parsed to."""
-    if memo is not None and version[1] and memo.get("version") == version:
-        return memo["parsed"]
-    parsed = parse()
-    _remember(memo, version, parsed)
-    return parsed
+Version = tuple[Any, ...]          # (uid, resourceVersion, *where the document sits in the object)
+Parsed = tuple[Any, str | None]    # scope_doc.parse: (the document, its error)
 
 
-def _remember(memo: dict | None, version: tuple, parsed: tuple, **more: Any) -> None:
-    if memo is not None:
-        memo.clear()
-        memo.update(version=version, parsed=parsed, **more)
+@dataclass(slots=True)
+class ParseMemo:
+    """A target's document as last parsed, for one object version: an unchanged target is never
+    re-parsed. Kept by the caller between syncs (`ScopeMemory.parsed`); it holds one version only,
+    so it costs one document at most. What our own last write produced rides along: the list's span
+    in that text (the next edit splices there) and the object the write returned (`read(reuse=True)`)."""
+
+    version: Version | None = None
+    parsed: Parsed | None = None
+    span: Span | None = None        # the list's span in the text our last write produced
+    written: dict | None = None     # the object our last write returned (ConfigMapTarget)
+    ledger: Ledger | None = None    # ... and the ledger it carries
+
+    def get(self, version: Version) -> Parsed | None:
+        """What `version` parsed to, if it is the version held (one without a resourceVersion never is)."""
+        return self.parsed if version[1] and self.version == version else None
+
+    def remember(self, version: Version, parsed: Parsed, *, span: Span | None = None, written: dict | None = None,
+                 ledger: Ledger | None = None) -> None:
+        """Hold `version` instead of the one before (and only what this call says of it)."""
+        self.version, self.parsed, self.span, self.written, self.ledger = version, parsed, span, written, ledger
+
+    def parse(self, version: Version, parse: Callable[[], Parsed]) -> Parsed:
+        """`version`'s parse: the one held, else `parse()` (then held)."""
+        parsed = self.get(version)
+        if parsed is None:
+            parsed = parse()
+            self.remember(version, parsed)
+        return parsed
+
+    def clear(self) -> None:
+        self.version = self.parsed = self.span = self.written = self.ledger = None
 
 
-def _edited_key(target: Any, memo: dict, read: TargetRead, values: list[str] | None) -> tuple[dict, tuple, Any]:
+def _edited_key(target: Any, memo: ParseMemo, read: TargetRead, values: list[str] | None) -> tuple[dict, Parsed, Span | None]:
     """The ConfigMap data with the list at `target.path` in `target.key` set to `values` (None: as is),
     what the key's text parses to (checked by the edit), and the list's span in it for the next edit."""
     data = read.obj.get("data") or {}
     text = data.get(target.key) or ""
-    parsed = _memoized(memo, _version(read.obj, target.key, target.path), lambda: scope_doc.parse(text))
+    parsed = memo.parse(_version(read.obj, target.key, target.path), lambda: scope_doc.parse(text))
     if values is None:
         return data, parsed, None
     if parsed[1]:  # malformed or refused YAML is never overwritten (edit takes the parse as valid)
-        raise Problem(scope_doc.error_reason(parsed[1]), f"{target.describe()}: {parsed[1]}")
+        raise _document(target, parsed[1])
     try:  # the span of our previous write, when this is the text it produced: no re-parse
-        e = scope_doc.edit(text, target.path, values, read.list.style, parsed[0], memo.get("span"))
+        e = scope_doc.edit(text, target.path, values, read.list.style, parsed[0], memo.span)
     except ValueError as exc:  # or untrusted.Refused: e.g. the new list would take the document past a bound
-        raise Problem(scope_doc.error_reason(exc), f"{target.describe()}: {exc}") from None
+        raise _document(target, exc) from exc
     return {**data, target.key: e.text}, (e.data, None), e.span
 
 
@@ -148,9 +188,10 @@ class ConfigMapTarget:
     kind = "ConfigMap"
     can_roll = True
 
-    def __init__(self, kube: k.KubeAPI, namespace: str, name: str, key: str, path: str, memo: dict | None = None) -> None:
+    def __init__(self, kube: k.KubeAPI, namespace: str, name: str, key: str, path: str,
+                 memo: ParseMemo | None = None) -> None:
         self.kube, self.namespace, self.name, self.key, self.path = kube, namespace, name, key, path
-        self.memo = memo
+        self.memo = memo if memo is not None else ParseMemo()
 
     def describe(self) -> str:
         return f"ConfigMap {self.namespace}/{self.name} key {self.key} at {self.path}"
@@ -159,36 +200,36 @@ class ConfigMapTarget:
         return TargetRef(CONFIGMAP, self.namespace, self.name, self.path, self.key)
 
     async def read(self, reuse: bool = False) -> TargetRead:
-        memo = self.memo or {}
-        if reuse and memo.get("written") is not None:  # a burst: the object our last write returned
-            (doc, error), obj = memo["parsed"], memo["written"]
-            return TargetRead(scope_doc.read_parsed(doc, error, self.path), obj, memo["ledger"])
+        memo = self.memo
+        if reuse and memo.written is not None and memo.parsed is not None:  # a burst: what our last write returned
+            (doc, error), obj = memo.parsed, memo.written
+            return TargetRead(scope_doc.read_parsed(doc, error, self.path), obj, memo.ledger or Ledger())
         with _reading(self, f"ConfigMap {self.namespace}/{self.name}"):
             obj = await self.kube.get_configmap(self.namespace, self.name)
         data = obj.get("data") or {}
         if self.key not in data:
-            raise Problem(ScopeSynced.TARGET_NOT_FOUND, f"ConfigMap {self.namespace}/{self.name} has no key "
-                                f"{self.key}: fix spec.scope.target.configMap.key")
+            raise TargetFailed(TargetError("read", "no-key", self.describe(), self.namespace,
+                                           f"ConfigMap {self.namespace}/{self.name}", "spec.scope.target.configMap.key",
+                                           key=self.key))
         text = data[self.key]
-        doc, error = _memoized(self.memo, _version(obj, self.key, self.path), lambda: scope_doc.parse(text))
+        doc, error = self.memo.parse(_version(obj, self.key, self.path), lambda: scope_doc.parse(text))
         return TargetRead(scope_doc.read_parsed(doc, error, self.path), obj, _ledger(obj))
 
     def last_write(self) -> str | None:
-        written = (self.memo or {}).get("written")
+        written = self.memo.written
         return written["metadata"].get("resourceVersion") if written is not None else None
 
     async def write(self, read: TargetRead, values: list[str] | None, ledger: Ledger) -> str | None:
-        memo = self.memo if self.memo is not None else {}
-        data, parsed, span = _edited_key(self, memo, read, values)
+        data, parsed, span = _edited_key(self, self.memo, read, values)
         meta = {**read.obj["metadata"], "annotations": _annotations_with(read.obj, ledger)}
         body = {**read.obj, "metadata": meta, "data": data}
-        memo.pop("written", None)  # a failed write leaves nothing to reuse
+        self.memo.written = None  # a failed write leaves nothing to reuse
         with _writing(self):
             written = await self.kube.replace_configmap(self.namespace, self.name, body)
         # What we wrote parses to `parsed` (checked, or the text is unchanged): the next read need not
         # parse, and during a burst the next sync starts from this very object.
-        _remember(self.memo, _version(written, self.key, self.path), parsed, span=span, written=written,
-                  ledger=_ledger(written))
+        self.memo.remember(_version(written, self.key, self.path), parsed, span=span, written=written,
+                           ledger=_ledger(written))
         return (written.get("metadata") or {}).get("resourceVersion")
 
 
@@ -201,9 +242,10 @@ class ApplicationTarget:
     kind = "Application"
     can_roll = False  # Argo CD re-renders the chart, and the chart's checksum annotation rolls the scheduler
 
-    def __init__(self, kube: k.KubeAPI, namespace: str, name: str, path: str, memo: dict | None = None,
+    def __init__(self, kube: k.KubeAPI, namespace: str, name: str, path: str, memo: ParseMemo | None = None,
                  source_chart: str | None = None, source_index: int | None = None) -> None:
-        self.kube, self.namespace, self.name, self.path, self.memo = kube, namespace, name, path, memo
+        self.kube, self.namespace, self.name, self.path = kube, namespace, name, path
+        self.memo = memo if memo is not None else ParseMemo()
         self.source_chart, self.source_index = source_chart, source_index
         self.located: Any = None  # the app_values.Location of the last read (describe names it)
 
@@ -221,9 +263,9 @@ class ApplicationTarget:
             source = app_values.select_source(obj.get("spec") or {}, self.source_chart, self.source_index)
             version = _version(obj, source.where, "helm.values")  # a values string is parsed once per version
             return app_values.locate(source, self.path,
-                                     lambda text: _memoized(self.memo, version, lambda: scope_doc.parse(text)))
+                                     lambda text: self.memo.parse(version, lambda: scope_doc.parse(text)))
         except Problem as p:
-            raise Problem(p.reason, f"Application {self.namespace}/{self.name}: {p.message}") from None
+            raise _judged("read", f"Application {self.namespace}/{self.name}", p) from None
 
     def last_write(self) -> str | None:
         return None  # Argo CD writes the Application's status all the time: always read it
@@ -244,11 +286,11 @@ class ApplicationTarget:
             try:
                 patch["spec"], new_doc = app_values.spec_patch(loc, self.path, values, read.obj["spec"])
             except Problem as p:
-                raise Problem(p.reason, f"{self.describe()}: {p.message}") from None
+                raise _judged("write", self.describe(), p) from None
         with _writing(self):
             written = await self.kube.merge_patch_application(self.namespace, self.name, patch)
         if new_doc is not None and loc is not None and written:  # the text written was checked to parse to new_doc
-            _remember(self.memo, _version(written, loc.source.where, "helm.values"), (new_doc, None))
+            self.memo.remember(_version(written, loc.source.where, "helm.values"), (new_doc, None))
         return ((written or {}).get("metadata") or {}).get("resourceVersion")
 
 
@@ -259,18 +301,19 @@ class FluxTarget:
     of it), and the ConfigMap, labelled `reconcile.fluxcd.io/watch: Enabled`, makes helm-controller
     upgrade the release within seconds of a change. `read` first checks that the HelmRelease consumes
     this key as a values document (a valuesFrom entry without targetPath) and that its inline
-    `spec.values`, which Flux merges over every valuesFrom entry, does not set the path: else a
-    Problem, and nothing is written. A missing ConfigMap reads as an empty document and the
-    first write creates it (AlreadyExists is a lost race: `kube.Conflict`, like a stale resourceVersion).
+    `spec.values`, which Flux merges over every valuesFrom entry, does not set the path: else it
+    fails (`TargetFailed`), and nothing is written. A missing ConfigMap reads as an empty document
+    and the first write creates it (AlreadyExists is a lost race: `kube.Conflict`, like a stale resourceVersion).
     """
 
     kind = "ConfigMap"  # what is written (the HelmRelease is only read)
     can_roll = False    # Flux upgrades the release, and the chart's checksum annotation rolls the scheduler
 
     def __init__(self, kube: k.KubeAPI, namespace: str, helm_release: str, name: str, key: str, path: str,
-                 memo: dict | None = None) -> None:
+                 memo: ParseMemo | None = None) -> None:
         self.kube, self.namespace, self.helm_release = kube, namespace, helm_release
-        self.name, self.key, self.path, self.memo = name, key, path, memo
+        self.name, self.key, self.path = name, key, path
+        self.memo = memo if memo is not None else ParseMemo()
 
     def describe(self) -> str:
         return (f"ConfigMap {self.namespace}/{self.name} key {self.key} at {self.path} (valuesFrom of HelmRelease "
@@ -278,9 +321,6 @@ class FluxTarget:
 
     def ref(self) -> TargetRef:
         return TargetRef(FLUX, self.namespace, self.name, self.path, self.key, self.helm_release)
-
-    def values_from_entry(self) -> dict:
-        return {"kind": "ConfigMap", "name": self.name, "valuesKey": self.key}
 
     def _check_release(self, release: dict) -> str | None:
         """Raise unless the HelmRelease reads our key as a values document that nothing overrides at our
@@ -290,20 +330,15 @@ class FluxTarget:
         ours = [ref for ref in spec.get("valuesFrom") or [] if isinstance(ref, dict)
                 and ref.get("kind") == "ConfigMap" and ref.get("name") == self.name
                 and (ref.get("valuesKey") or "values.yaml") == self.key]  # Flux's default valuesKey
-        if not any(not ref.get("targetPath") for ref in ours):
-            snippet = yaml.safe_dump({"spec": {"valuesFrom": [self.values_from_entry()]}}, sort_keys=False).rstrip()
-            why = (f"reads ConfigMap {self.name} key {self.key} only with a targetPath (a single flat value): remove "
-                   "targetPath, the key holds a values document" if ours else
-                   f"does not read ConfigMap {self.name} key {self.key} in spec.valuesFrom")
-            raise Problem(ScopeSynced.VALUES_FROM_MISSING, f"{hr} {why}. Add this entry, last in "
-                                f"spec.valuesFrom (a later entry setting {self.path} would override it):\n{snippet}\n"
-                                "(or fix spec.scope.target.helmRelease); nothing is written until then")
         values = spec.get("values")
-        if _sets_path(values, self.path):
-            raise Problem(ScopeSynced.VALUES_OVERRIDDEN, f"{hr} sets {self.path} in its inline spec.values, "
-                                "which Flux merges over every valuesFrom entry, so the list in "
-                                f"{self.describe()} would have no effect: remove {self.path} from spec.values (list "
-                                "fixed namespaces in spec.scope.alwaysInclude); nothing is written until then")
+        cause: Cause | None = None
+        if not any(not ref.get("targetPath") for ref in ours):
+            cause = "values-from-target-path" if ours else "values-from-missing"
+        elif _sets_path(values, self.path):
+            cause = "values-overridden"
+        if cause is not None:
+            raise TargetFailed(TargetError("read", cause, self.describe(), self.namespace, hr, name=self.name,
+                                           key=self.key, path=self.path))
         return scope_doc.read_list_obj(values, self.path).scope_type if isinstance(values, dict) else None
 
     def last_write(self) -> str | None:
@@ -322,15 +357,14 @@ class FluxTarget:
                 obj = {"apiVersion": "v1", "kind": "ConfigMap",
                        "metadata": {"namespace": self.namespace, "name": self.name}, "data": {}}
         text = (obj.get("data") or {}).get(self.key) or ""
-        doc, error = _memoized(self.memo, _version(obj, self.key, self.path), lambda: scope_doc.parse(text))
+        doc, error = self.memo.parse(_version(obj, self.key, self.path), lambda: scope_doc.parse(text))
         found = scope_doc.read_parsed(doc, error, self.path)
         if found.scope_type is None and inline_type is not None:
             found = replace(found, scope_type=inline_type)  # the chart's scope type lives in Git, next to the rest
         return TargetRead(found, obj, _ledger(obj))
 
     async def write(self, read: TargetRead, values: list[str] | None, ledger: Ledger) -> str | None:
-        memo = self.memo if self.memo is not None else {}
-        data, parsed, span = _edited_key(self, memo, read, values)
+        data, parsed, span = _edited_key(self, self.memo, read, values)
         meta = dict(read.obj.get("metadata") or {})
         labels = {**(meta.get("labels") or {}), FLUX_WATCH_LABEL[0]: FLUX_WATCH_LABEL[1]}  # kept on every write
         exists = bool(meta.get("resourceVersion"))
@@ -346,7 +380,7 @@ class FluxTarget:
                 written = await self.kube.replace_configmap(self.namespace, self.name, body)
             else:
                 written = await self.kube.create_configmap(self.namespace, body)
-        _remember(self.memo, _version(written, self.key, self.path), parsed, span=span)  # as ConfigMapTarget
+        self.memo.remember(_version(written, self.key, self.path), parsed, span=span)  # as ConfigMapTarget
         return (written.get("metadata") or {}).get("resourceVersion")
 
 
@@ -363,25 +397,20 @@ def _sets_path(values: Any, path: str) -> bool:
     return True
 
 
-def build(kube: k.KubeAPI, ref: TargetRef, memo: dict | None = None) -> ScopeTarget:
+def build(kube: k.KubeAPI, ref: TargetRef, memo: ParseMemo | None = None) -> ScopeTarget:
     """The target `ref` names; `memo` (kept by the caller between syncs) saves re-parsing it."""
     if ref.kind == APPLICATION:
         return ApplicationTarget(kube, ref.namespace, ref.name, ref.path, memo, ref.source_chart, ref.source_index)
     if ref.kind == FLUX:
         if not ref.helm_release or len(ref.name) > 253:
-            raise Problem(ScopeSynced.INVALID_CONFIG, "spec.scope.target.helmRelease needs a name, and a "
-                                f"configMap name when {ref.helm_release}-sunk-scope is longer than 253 characters")
+            raise TargetFailed(TargetError("build", "no-release-name", namespace=ref.namespace, name=ref.helm_release))
         return FluxTarget(kube, ref.namespace, ref.helm_release, ref.name, ref.key or "", ref.path, memo)
-    if not ref.name:
-        label, value = SCHEDULER_CONFIGMAP_LABEL
-        raise Problem(ScopeSynced.TARGET_NOT_FOUND,
-                            f"no ConfigMap labelled {label}={value} with key {ref.key} in {ref.namespace}: set "
-                            "spec.scope.target.configMap.name, or use target kind ArgoCDApplication when the list "
-                            "lives in the Slurm chart's Helm values")
+    if not ref.name:  # none named, and none found by its label
+        raise TargetFailed(TargetError("build", "no-configmap", namespace=ref.namespace, key=ref.key))
     return ConfigMapTarget(kube, ref.namespace, ref.name, ref.key or "", ref.path, memo)
 
 
 def for_spec(kube: k.KubeAPI, spec: BindingSpec, scheduler_namespace: str, discovered_configmap: str | None,
-             memo: dict | None = None) -> ScopeTarget:
+             memo: ParseMemo | None = None) -> ScopeTarget:
     """The target the spec names, for a scheduler in `scheduler_namespace` (`target_ref.locate`)."""
     return build(kube, locate(spec, scheduler_namespace, discovered_configmap), memo)

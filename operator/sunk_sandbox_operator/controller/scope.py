@@ -195,6 +195,6 @@ async def restore(ctx: Context, state: BindingState, discover) -> None:
             if mem.target_ref is not None and mem.target_ref != target.ref():
                 await sr.leave(ctx, state, mem, target.ref())  # switched, and deleted before the next sync
             await sr.restore_target(ctx, state, mem, target)
-        except Problem as p:
-            ctx.event(state, EventReason.SCOPE_NOT_RESTORED, f"{p.message}; the list was left as is")
+        except (Problem, targets.TargetFailed) as exc:
+            ctx.event(state, EventReason.SCOPE_NOT_RESTORED, f"{sr.problem_of(exc).message}; the list was left as is")
         await grants.remove_all(ctx, state, mem)

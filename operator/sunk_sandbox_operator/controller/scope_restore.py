@@ -13,12 +13,19 @@ from ..api.events import EventReason
 from ..adapters import kube as k
 from ..adapters import targets
 from ..core import scope as sc
+from ..core import scope_errors
 from ..core.ledger import Entry
 from ..core.target_ref import TargetRef
 from . import retry
 from . import roll as rolling
 from .context import Context
 from .state import BindingState, ScopeMemory
+
+
+def problem_of(exc: Problem | targets.TargetFailed) -> Problem:
+    """A failure of the scope pipeline as reported: a Problem as it is, what a target could not do
+    classified (`core.scope_errors.classify`: the reason and the fix)."""
+    return scope_errors.classify(exc.error) if isinstance(exc, targets.TargetFailed) else exc
 
 
 def ours(state: BindingState, read: targets.TargetRead, mem: ScopeMemory) -> Entry:
@@ -43,16 +50,16 @@ async def leave(ctx: Context, state: BindingState, mem: ScopeMemory, new_ref: Ta
     """The spec (or discovery) moved the list to another target: Restore in the one we kept
     (our names and our ledger entry leave it), then start fresh on the new one. A target the
     binding's namespace may no longer reach is not touched (said in an event)."""
-    old = targets.build(ctx.kube, mem.target_ref, {}) if mem.target_ref else None
+    old = targets.build(ctx.kube, mem.target_ref) if mem.target_ref else None
     if old is not None and not ctx.tenancy.may_reach(state.namespace, old.namespace):
         ctx.event(state, EventReason.SCOPE_NOT_RESTORED, f"the scope target moved from {old.describe()}, which "
                   f"bindings in {state.namespace} may not reach: the names added there were left as they are")
     elif old is not None:
         try:
             await restore_target(ctx, state, mem, old, roll=False)
-        except Problem as p:
+        except (Problem, targets.TargetFailed) as exc:
             ctx.event(state, EventReason.SCOPE_NOT_RESTORED, f"the scope target moved from {old.describe()}: "
-                      f"{p.message}; the names added there were left as they are")
+                      f"{problem_of(exc).message}; the names added there were left as they are")
     mem.switch_target(new_ref)
 
 

@@ -65,7 +65,8 @@ async def run(ctx: Context, state: BindingState, mem: ScopeMemory, *, periodic: 
     started = mem.syncer.take_first_signal()
     try:
         return await _sync_inner(ctx, state, mem, periodic, started)
-    except Problem as p:
+    except (Problem, targets.TargetFailed) as exc:
+        p = sr.problem_of(exc)  # a target's failure classified: core.scope_errors
         return _error_part(ctx, state, p.reason, p.message)
     except retry.RetriesExhausted as exc:
         return _error_part(ctx, state, ScopeSynced.CONFLICT,

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterator
 
 from ..adapters.metrics import BindingCounters, BindingSample
+from ..adapters.targets import ParseMemo
 from ..api.keys import RECONCILE_REQUEST_ANNOTATION
 from ..api.spec import BindingSpec, SandboxNamespaces, parse_spec
 from ..core.compose import Part
@@ -57,7 +58,7 @@ class ScopeMemory:
     recheck_handle: "Timer | None" = None
     failures: int = 0                          # consecutive transient failures (retry backoff)
     retry_handle: "Timer | None" = None
-    parsed: dict = field(default_factory=dict)  # the target's list as last parsed, by object version
+    parsed: ParseMemo = field(default_factory=ParseMemo)  # the target's document as last parsed (one version)
     roll_due: bool = False                     # we wrote the list and the scheduler has not been rolled onto it
     sandbox: set[str] | None = None            # namespaces that belong, kept current by namespace events
     sandbox_for: object = None                 # the matcher `sandbox` was computed with

@@ -110,10 +110,14 @@ class Refusal(str):
     travels where parse errors do (the targets' parse memo) and reads as DocumentRefused."""
 
 
+def refused(error: str | Exception | None) -> bool:
+    """Is this parse error, or the exception an edit raised, a refusal of untrusted input (not malformed)?"""
+    return isinstance(error, (Refusal, untrusted.Refused))
+
+
 def error_reason(error: str | Exception | None) -> ScopeSynced:
     """The ScopeSynced reason of a parse error, or of the exception an edit raised."""
-    refused = isinstance(error, (Refusal, untrusted.Refused))
-    return ScopeSynced.DOCUMENT_REFUSED if refused else ScopeSynced.INVALID_CONFIG
+    return ScopeSynced.DOCUMENT_REFUSED if refused(error) else ScopeSynced.INVALID_CONFIG
 
 
 def _parse(doc_text: str) -> tuple[Any, str | None]:
