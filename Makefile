@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 # Local-only dev tools (devcluster, demo) are not in the wheel: run them from the source tree.
 DEVTOOLS := PYTHONPATH=operator $(BIN)/python -m sunk_sandbox_devtools
 
-.PHONY: setup binaries helm promtool slurm argocd-health image tools-start demo test unit integration e2e bench bench-scale crd chart-sync clean devcluster-up devcluster-down
+.PHONY: setup binaries helm promtool slurm argocd-health image tools-image tools-go demo test unit integration e2e bench bench-scale crd chart-sync clean devcluster-up devcluster-down
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,11 +46,15 @@ demo: binaries
 	$(DEVTOOLS) demo
 
 # helm, promtool, argocd-health and the image are built in the background while the tests that need
-# none of them run (sunk_sandbox_devtools/tools.py); slurm first, so two apt-get never run at once.
-tools-start: setup
-	$(DEVTOOLS) tools start
+# none of them run (sunk_sandbox_devtools/tools.py): the image beside the control plane's build, the
+# Go tools after it (they reuse its compiled k8s.io packages); slurm first, so two apt-get never overlap.
+tools-image: setup
+	$(DEVTOOLS) tools start image
 
-test: slurm tools-start binaries
+tools-go: setup
+	$(DEVTOOLS) tools start go
+
+test: slurm tools-image binaries tools-go
 	$(BIN)/python -m pytest -ra
 
 unit: setup

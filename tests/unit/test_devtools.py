@@ -197,33 +197,34 @@ def test_kubebuilder_assets_win_and_must_be_complete(tmp_path, monkeypatch):
 def test_tools_start_builds_in_the_background_only_what_is_missing(tmp_path, monkeypatch):
     from sunk_sandbox_devtools import tools
 
-    monkeypatch.setattr(tools, "LOG", tmp_path / "tools-build.log")
+    monkeypatch.setattr(tools, "LOGS", tmp_path)
     present = tmp_path / "helm"
     present.write_text("")
     absent = tmp_path / "promtool"
     monkeypatch.setattr(tools, "GO_TOOLS", (("helm", lambda: None, lambda: present),
                                             ("promtool", lambda: None, lambda: absent)))
     started: list[dict] = []
-    assert tools.start(popen=lambda argv, **kw: started.append({"argv": argv, **kw})) is True
+    assert tools.start("go", popen=lambda argv, **kw: started.append({"argv": argv, **kw})) is True
     (call,) = started
-    assert call["argv"][-2:] == ["tools", "build"] and call["start_new_session"] is True
+    assert call["argv"][-3:] == ["tools", "build", "go"] and call["start_new_session"] is True
     assert call["stdin"] is tools.subprocess.DEVNULL and call["preexec_fn"] is not None
     absent.write_text("")  # warm: nothing starts
-    assert tools.start(popen=lambda *a, **kw: started.append(kw)) is False and len(started) == 1
+    assert tools.start("go", popen=lambda *a, **kw: started.append(kw)) is False and len(started) == 1
+    assert tools.start("image", popen=lambda argv, **kw: started.append({"argv": argv})) is True  # its own cache check
+    assert started[-1]["argv"][-1] == "image"
 
 
-def test_a_build_failure_in_one_lane_does_not_stop_the_other(monkeypatch):
+def test_a_tool_that_fails_to_build_does_not_stop_the_next(monkeypatch):
     from sunk_sandbox_devtools import tools
 
     built: list[str] = []
 
     def fails() -> None:
         raise RuntimeError("no network")
-    monkeypatch.setattr(tools, "_image", lambda: built.append("image"))
     monkeypatch.setattr(tools, "GO_TOOLS", (("helm", fails, lambda: None),
                                             ("promtool", lambda: built.append("promtool"), lambda: None)))
-    assert tools.build() == 1
-    assert sorted(built) == ["image", "promtool"]
+    assert tools.build("go") == 1
+    assert built == ["promtool"]
 
 
 def test_every_test_that_needs_a_background_tool_is_marked_so_it_runs_last():
