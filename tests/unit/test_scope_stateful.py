@@ -4,8 +4,11 @@ in-memory harness (the fake Kube, the injected clock). After every step the inva
 
 - the list holds every sandbox namespace and every alwaysInclude entry;
 - no entry an admin put there is ever removed by the operator;
-- the ledger the target carries is what the list shows (what it says we added is listed);
-- the scheduler is rolled at most once per `scope.minRollInterval`.
+- the ledger the target carries is what the list shows: what it says we added is listed, and every
+  name we listed is in it (nothing we added is forgotten);
+- our RoleBindings are in exactly the listed namespaces we may grant in;
+- the scheduler is rolled at most once per `scope.minRollInterval`, across restarts too, and an
+  interval after a change it runs the list.
 """
 
 from __future__ import annotations
@@ -16,21 +19,26 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from sunk_sandbox_operator.api.keys import SCOPE_LEDGER_ANNOTATION
+from sunk_sandbox_operator.api.keys import SCOPE_HASH_ANNOTATION, SCOPE_LEDGER_ANNOTATION
 from sunk_sandbox_operator.controller import scope, watch
 from sunk_sandbox_operator.controller.config import Config
 from sunk_sandbox_operator.controller.status_writer import flush
 from sunk_sandbox_operator.core import ledger as lg
+from sunk_sandbox_operator.core.grants import selector
+from sunk_sandbox_operator.core.scope import scope_hash
 from sunk_sandbox_operator.core.scope_doc import read_list
 
-from tests.unit.fakes import FakeKube, Harness, binding_body, namespace
+from tests.unit.fakes import FakeKube, Harness, binding_body, namespace, selector_matches
 from tests.unit.test_scope_controller import DEPLOYMENT, PATH
 
 NAMES = [f"ds-{i}" for i in range(6)] + ["other-1", "other-2"]
 ADMIN = ["admin-a", "admin-b"]
+ALWAYS = {"slurm"}
 INTERVAL = 30.0
 SPEC = {"sandboxNamespaces": {"names": ["ds-*"], "selector": {"matchLabels": {"sbx": "yes"}}},
-        "scope": {"alwaysInclude": ["slurm"], "minRollInterval": f"{INTERVAL:.0f}s"}}
+        "scope": {"alwaysInclude": sorted(ALWAYS), "minRollInterval": f"{INTERVAL:.0f}s",
+                  "grantClusterRole": "sunk-scheduler-sandbox"}}
+DOWNTIMES = [0.7, 1.0, 31.0]  # seconds between a process' end and its successor's start (clocks have fractions)
 CONF = "scheduler:\n  scope:\n    type: namespace\n    namespaces: [slurm]\n"
 
 
@@ -42,6 +50,7 @@ class ScopeShell(RuleBasedStateMachine):
         self.rolls: list[float] = []
         self.labels: dict[str, dict] = {}          # the namespaces that exist, with their labels
         self.admins: set[str] = set()              # entries an admin put in the list and still wants
+        self.parsed: tuple[str, list[str]] | None = None  # (resourceVersion, list) of the ConfigMap
         self.kube.add("namespaces", namespace("slurm"))
         self.kube.add("configmaps", {"apiVersion": "v1", "kind": "ConfigMap",
                                      "metadata": {"namespace": "slurm", "name": "cm"},
@@ -100,6 +109,8 @@ class ScopeShell(RuleBasedStateMachine):
         if name not in self.labels:
             return
         body = self.kube.store["namespaces"].pop(("", name))
+        for key in [key for key in self.kube.store["rolebindings"] if key[0] == name]:
+            del self.kube.store["rolebindings"][key]  # the API server deletes what the namespace held
         del self.labels[name]
         self.settle(event=lambda: watch.on_namespace(self.harness.ctx, "DELETED", body))
 
@@ -125,23 +136,29 @@ class ScopeShell(RuleBasedStateMachine):
         self.settle(periodic=True)
         self.kube._before.pop("replace_configmap", None)  # unused if nothing needed writing
 
-    @rule(seconds=st.sampled_from([1.0, 5.0, 31.0]))
+    @rule(seconds=st.sampled_from([0.5, 1.0, 5.0, 31.0]))
     def time_passes(self, seconds: float) -> None:
         self.run(self.harness.clock.advance(seconds))  # a folded roll may come due
         self.settle()
+        if seconds > INTERVAL:
+            self.the_scheduler_runs_the_list()
 
     @rule()
     def a_resync(self) -> None:
         self.settle(periodic=True)
 
-    @rule()
-    def the_operator_restarts(self) -> None:
-        self.boot(at=self.harness.clock.now + 1.0)
+    @rule(downtime=st.sampled_from(DOWNTIMES))
+    def the_operator_restarts(self, downtime: float) -> None:
+        self.boot(at=self.harness.clock.now + downtime)
 
     # ------------------------------------------------------------ helpers
 
     def listed(self) -> list[str]:
-        return read_list(self.kube.get("configmaps", "slurm", "cm")["data"]["scheduler.conf"], PATH).values or []
+        cm = self.kube.store["configmaps"][("slurm", "cm")]
+        rv = cm["metadata"]["resourceVersion"]  # every write bumps it: parse each version once
+        if self.parsed is None or self.parsed[0] != rv:
+            self.parsed = (rv, read_list(cm["data"]["scheduler.conf"], PATH).values or [])
+        return list(self.parsed[1])
 
     def edit_list(self, change) -> None:
         def edit(cm: dict) -> None:
@@ -154,11 +171,15 @@ class ScopeShell(RuleBasedStateMachine):
     def sandbox(self) -> set[str]:
         return {n for n, labels in self.labels.items() if n.startswith("ds-") or labels.get("sbx") == "yes"}
 
+    def ledger(self) -> lg.Entry | None:
+        annotations = self.kube.get("configmaps", "slurm", "cm")["metadata"].get("annotations") or {}
+        return lg.decode(annotations.get(SCOPE_LEDGER_ANNOTATION)).get("slurm/b")
+
     # ------------------------------------------------------------ invariants
 
     @invariant()
     def every_sandbox_namespace_and_always_include_is_listed(self) -> None:
-        missing = (self.sandbox() | {"slurm"}) - set(self.listed())
+        missing = (self.sandbox() | ALWAYS) - set(self.listed())
         assert not missing, (missing, self.listed())
 
     @invariant()
@@ -167,15 +188,33 @@ class ScopeShell(RuleBasedStateMachine):
 
     @invariant()
     def the_ledger_is_what_the_list_shows(self) -> None:
-        annotations = self.kube.get("configmaps", "slurm", "cm")["metadata"].get("annotations") or {}
-        entry = lg.decode(annotations.get(SCOPE_LEDGER_ANNOTATION)).get("slurm/b")
-        if entry is not None:
-            assert set(entry.added) <= set(self.listed()), (entry.added, self.listed())
-            assert not set(entry.added) & self.admins, (entry.added, self.admins)
+        """Besides the admins' entries and alwaysInclude (there before us), the list holds what we
+        added, and the ledger records exactly that: a name we listed and forgot would outlive us."""
+        entry = self.ledger()
+        added = set(entry.added) if entry is not None else set()
+        assert added == set(self.listed()) - self.admins - ALWAYS, (sorted(added), self.listed(), self.admins)
+
+    @invariant()
+    def our_rolebindings_are_where_we_may_grant(self) -> None:
+        """A RoleBinding for the scheduler in each listed namespace the binding matches (and in its
+        alwaysInclude), none elsewhere: none missing, none left behind, none made twice."""
+        label = selector("slurm", "b")
+        granted = {ns for (ns, _), rb in self.kube.store["rolebindings"].items()
+                   if selector_matches(label, rb["metadata"].get("labels"))}
+        want = (self.sandbox() | ALWAYS) & set(self.listed())
+        assert granted == want, (sorted(granted), sorted(want))
 
     @invariant()
     def at_most_one_roll_per_interval(self) -> None:
         assert all(b - a >= INTERVAL - 1e-6 for a, b in zip(self.rolls, self.rolls[1:])), self.rolls
+
+    def the_scheduler_runs_the_list(self) -> None:
+        """An interval after the last change, the scheduler has been rolled onto the list, once the
+        operator has put anything there (before that, what it runs is the admins' business)."""
+        template = self.kube.get("deployments", "slurm", "slurm-scheduler")["spec"]["template"]
+        rolled_for = (template["metadata"].get("annotations") or {}).get(SCOPE_HASH_ANNOTATION)
+        if rolled_for is not None or set(self.listed()) - self.admins - ALWAYS:
+            assert rolled_for == scope_hash(self.listed()), (rolled_for, self.listed(), self.rolls)
 
     def teardown(self) -> None:
         if getattr(self, "harness", None) is not None:
