@@ -348,3 +348,14 @@ def test_after_a_death_the_next_roll_still_waits_for_the_interval(shell: ScopeSh
     shell.time_passes(31.0)
     assert "ds-2" in shell.ledger().added, shell.ledger()
 
+
+def test_a_roll_inside_the_second_status_records_still_paces_the_successor(shell: ScopeShell) -> None:
+    """status.scope.lastRollTime has whole seconds: a roll at 1000.5 reads back, in the process that
+    starts at 1001.2, as made at 1000. The successor's next roll is still due at 1030.5 at the earliest."""
+    shell.time_passes(0.5)
+    shell.namespace_created_or_relabelled("ds-1", True)   # rolled at 1000.5
+    shell.the_operator_restarts(0.7)
+    shell.namespace_created_or_relabelled("ds-2", True)   # folded into the interval's end
+    shell.time_passes(31.0)
+    assert len(shell.rolls) == 2, shell.rolls
+    shell.at_most_one_roll_per_interval()
