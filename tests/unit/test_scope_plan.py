@@ -186,6 +186,22 @@ def test_the_roll(case, o, m, roll, due, wake) -> None:
         assert plan.memory.next_roll_at == pacing.after(WALL, wake), case
 
 
+def test_a_roll_is_owed_while_the_ledger_says_the_operator_wrote_the_list() -> None:
+    """A process that died between its list write and its roll (after-scope-write) left no roll due in
+    memory; its successor's resync finds the template without our hash and the ledger's generation
+    saying the operator wrote the list: the scheduler is rolled onto it, rationed like any roll."""
+    o = obs(values=LISTED, added=("ds-a",), periodic=True, ledger=Ledger(generation=1))
+    assert sp.decide_sync(o, mem(), NOW).roll == sp.RollPlan(patch=rolled(LISTED, 1))
+    folded = sp.decide_sync(o, mem(last_roll=90.0), NOW)
+    assert (folded.roll, folded.memory.roll_due, folded.wake) == (sp.RollPlan(wait=20.0), True, 20.0)
+    assert sp.decide_sync(replace(o, ledger=Ledger()), mem(), NOW).roll == sp.RollPlan()  # never ours: left alone
+    for never in (replace(o, roll=replace(ROLL, restart=False)),                        # restartScheduler: false
+                  replace(o, roll=replace(ROLL, can_roll=False, list_field=None)),      # Argo CD, Flux
+                  obs(values=LISTED, added=("ds-a",), periodic=True, observe=True, ledger=Ledger(generation=1))):
+        plan = sp.decide_sync(never, mem(), NOW)
+        assert (plan.roll, plan.memory.roll_due) == (sp.RollPlan(), False), never.roll
+
+
 def test_a_patch_made_settles_the_roll_and_the_next_one_waits_the_interval() -> None:
     plan, out = act(obs(), mem(), rolled_at=(NOW, WALL))
     assert plan.roll.patch is not None and plan.wake is None

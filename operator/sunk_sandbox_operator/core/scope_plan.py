@@ -304,13 +304,15 @@ def template_check(workloads: tuple[Mapping[str, Any], ...] | None, forbidden: s
 def _roll(obs: SyncObservation, m: SyncMemory, now: float, values: list[str],
           generation: int) -> tuple[RollPlan, SyncMemory, float | None]:
     """Roll now, fold into one roll later, or nothing (`when_to_roll`); a patch the template check
-    finds needed at a resync (an admin's edit, a revert) is rationed by `roll_wait` like ours."""
+    finds needed at a resync (an admin's edit, a revert) is rationed by `roll_wait` like ours. A roll
+    is owed while we wrote the list (`roll_due`) or the ledger's generation says the operator did: a
+    process that died between its write and its roll leaves only that."""
     step = _step(obs, m, now)
     if not step.now:
         plan = RollPlan(wait=step.wait or None)
     else:
-        check = template_check(obs.workloads, obs.workloads_forbidden, obs.roll, values, wrote=m.roll_due,
-                               generation=generation)
+        check = template_check(obs.workloads, obs.workloads_forbidden, obs.roll, values,
+                               wrote=m.roll_due or generation > 0, generation=generation)
         if isinstance(check, tuple):
             return RollPlan(problem=check), m, None
         if check.workload is None or check.hash is None:  # set together
