@@ -4,6 +4,8 @@ the fakes on the injected clock (no wall-clock sleep)."""
 
 from __future__ import annotations
 
+import datetime as dt
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -54,6 +56,34 @@ def test_zero_rolls_at_every_change_and_a_first_roll_is_never_delayed() -> None:
     assert simulate([1.0, 2.0, 3.0], 0.0) == [1.0, 2.0, 3.0]
     assert pacing.roll_wait(None, 100.0, 30.0) == 0.0 and pacing.roll_wait(90.0, 100.0, 30.0) == 20.0
     assert pacing.after("2026-01-01T00:00:00Z", 20.2) == "2026-01-01T00:00:21Z"
+
+
+def iso(seconds: float) -> str:
+    """A wall-clock time in whole seconds, as status and the operator's clock record it."""
+    return (dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(seconds=seconds)).replace(
+        microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def test_a_recorded_roll_time_reads_back_as_the_end_of_its_second() -> None:
+    """A roll at 100.5 s is recorded as 100 s: read as made at 101 s, never at 100 (which let the next
+    roll come 29.5 s after it), on the monotonic clock of a process whose wall clock reads `now_iso`."""
+    assert pacing.monotonic_of(iso(100.5), iso(105.2), 1005.2) == 1001.2    # 4 s ago by the wall: at 101
+    assert pacing.monotonic_of(iso(100.5), iso(101.2), 1001.2) == 1001.2    # the next second: not after now
+    assert pacing.monotonic_of(iso(100.5), iso(100.9), 1000.9) == 1000.9    # ... nor in the same second
+    assert pacing.monotonic_of("not a time", iso(100.0), 1000.0) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.floats(0, 1000), st.floats(0, 100), st.floats(-1e6, 1e6))
+def test_a_recorded_roll_is_never_read_earlier_than_it_was(roll, later, offset) -> None:
+    """For a roll at wall time `roll`, read `later` seconds after it by a process whose monotonic clock
+    is the wall clock plus `offset`: the estimate is at or after the roll, not after the read, and less
+    than 2 s late (1 s for the roll's whole second, 1 s for the reader's)."""
+    now = roll + later
+    estimate = pacing.monotonic_of(iso(roll), iso(now), now + offset)
+    assert estimate is not None
+    eps = 1e-6 * max(1.0, abs(offset))  # float sums
+    assert roll + offset - eps <= estimate <= now + offset + eps and estimate - offset < roll + 2 + eps
 
 
 async def test_a_trickle_of_namespaces_rolls_the_scheduler_at_most_once_per_interval(harness) -> None:

@@ -36,11 +36,15 @@ def roll_wait(last_roll: float | None, now: float, interval: float) -> float:
 
 
 def monotonic_of(when_iso: object, now_iso: str, now: float) -> float | None:
-    """A recorded wall-clock time (status.scope.lastRollTime) on the monotonic clock, or None."""
+    """A recorded wall-clock time (status.scope.lastRollTime) on the monotonic clock, or None; never
+    after `now`. Times are recorded in whole seconds, so one is read as the end of its second: a roll
+    at 12.5 s, recorded as 12 s, is taken as made at 13 s — never earlier than it was (never two rolls
+    inside an interval, across restarts too), the next roll at most a second later for it (and a
+    second more for `now_iso`, in whole seconds too)."""
     when, wall = parse_time(when_iso), parse_time(now_iso)
     if when is None or wall is None:
         return None
-    return now - max(0.0, wall - when)
+    return now - max(0.0, wall - (math.floor(when) + 1.0))
 
 
 def after(now_iso: str, seconds: float) -> str:
