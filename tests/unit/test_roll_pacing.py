@@ -9,11 +9,13 @@ import datetime as dt
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sunk_sandbox_operator.api.keys import SCOPE_ROLLED_AT_ANNOTATION
 from sunk_sandbox_operator.controller import scope, watch
 from sunk_sandbox_operator.core import roll_pacing as pacing
+from sunk_sandbox_operator.core.scope import scope_hash
 
-from tests.unit.fakes import harness_fixture, namespace  # noqa: F401
-from tests.unit.test_scope_controller import world
+from tests.unit.fakes import Harness, harness_fixture, namespace  # noqa: F401
+from tests.unit.test_scope_controller import listed, scope_hash_of, world
 
 
 def simulate(changes: list[float], interval: float) -> list[float]:
@@ -106,9 +108,37 @@ async def test_a_trickle_of_namespaces_rolls_the_scheduler_at_most_once_per_inte
     await h.clock.advance(30.0)
     await h.run_until_idle()
     assert h.kube.count("merge_patch_deployment") == 3 and not state.scope.roll_due
-    from sunk_sandbox_operator.core.scope import scope_hash
-    from tests.unit.test_scope_controller import listed, scope_hash_of
     assert scope_hash_of(h) == scope_hash(listed(h))        # the running scheduler has the whole list
+
+
+async def test_a_roll_records_its_time_on_the_template_so_a_successor_whose_status_lost_it_still_waits(
+        harness) -> None:
+    """status.scope.lastRollTime reaches the API server with a later status flush: a process that dies
+    before it leaves the roll's time only on the template (the rolled-at annotation, in the roll's own
+    patch). Its successor waits the interval from that roll instead of rolling again at once."""
+    h = harness()
+    state = world(h)
+    state.report(await scope.sync(h.ctx, state))                  # ds-known: the first roll, at once
+    template = h.kube.get("deployments", "slurm", "slurm-scheduler")["spec"]["template"]["metadata"]
+    assert template["annotations"][SCOPE_ROLLED_AT_ANNOTATION] == state.scope.last_roll_at == h.clock.iso()
+    stored = h.kube.store["bindings"][("slurm", "b")]
+    assert "lastRollTime" not in (stored.get("status") or {}).get("scope", {})  # the process dies here
+    successor = Harness(kube=h.kube)
+    successor.clock.now = h.clock.now + 1.0
+    successor.ctx.namespaces.load(h.kube.store["namespaces"].values())
+    again = successor.binding(stored, stored=False)
+    try:
+        again.report(await successor.drive(scope.sync(successor.ctx, again)))   # its first sync reads the template
+        assert again.section("scope")["lastRollTime"] == h.clock.iso()         # ... and says so in status again
+        watch.on_namespace(successor.ctx, "ADDED", successor.kube.add("namespaces", namespace("ds-new")))
+        await successor.run_until_idle(horizon=2.0)
+        assert "ds-new" in listed(successor) and h.kube.count("merge_patch_deployment") == 1  # folded
+        assert again.scope.next_roll_at == pacing.after(h.clock.iso(), 31.0)    # the end of its second + 30 s
+        await successor.clock.advance(30.0)
+        await successor.run_until_idle()
+        assert h.kube.count("merge_patch_deployment") == 2 and scope_hash_of(successor) == scope_hash(listed(h))
+    finally:
+        await successor.close()
 
 
 def test_when_to_roll_is_the_one_answer() -> None:
