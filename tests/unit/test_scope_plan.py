@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sunk_sandbox_operator.api.keys import SCOPE_GENERATION_ANNOTATION, SCOPE_HASH_ANNOTATION
+from sunk_sandbox_operator.api.keys import SCOPE_GENERATION_ANNOTATION, SCOPE_HASH_ANNOTATION, SCOPE_ROLLED_AT_ANNOTATION
 from sunk_sandbox_operator.api.spec import LabelSelector
 from sunk_sandbox_operator.core import grants as g
 from sunk_sandbox_operator.core import roll_pacing as pacing
@@ -184,6 +184,60 @@ def test_the_roll(case, o, m, roll, due, wake) -> None:
     assert (plan.memory.roll_due, plan.wake) == (due, wake), case
     if wake is not None:
         assert plan.memory.next_roll_at == pacing.after(WALL, wake), case
+
+
+def test_a_roll_is_owed_while_the_ledger_says_the_operator_wrote_the_list() -> None:
+    """A process that died between its list write and its roll (after-scope-write) left no roll due in
+    memory; its successor's resync finds the template without our hash and the ledger's generation
+    saying the operator wrote the list: the scheduler is rolled onto it, rationed like any roll."""
+    o = obs(values=LISTED, added=("ds-a",), periodic=True, ledger=Ledger(generation=1))
+    assert sp.decide_sync(o, mem(), NOW).roll == sp.RollPlan(patch=rolled(LISTED, 1))
+    folded = sp.decide_sync(o, mem(last_roll=90.0), NOW)
+    assert (folded.roll, folded.memory.roll_due, folded.wake) == (sp.RollPlan(wait=20.0), True, 20.0)
+    assert sp.decide_sync(replace(o, ledger=Ledger()), mem(), NOW).roll == sp.RollPlan()  # never ours: left alone
+    for never in (replace(o, roll=replace(ROLL, restart=False)),                        # restartScheduler: false
+                  replace(o, roll=replace(ROLL, can_roll=False, list_field=None)),      # Argo CD, Flux
+                  obs(values=LISTED, added=("ds-a",), periodic=True, observe=True, ledger=Ledger(generation=1))):
+        plan = sp.decide_sync(never, mem(), NOW)
+        assert (plan.roll, plan.memory.roll_due) == (sp.RollPlan(), False), never.roll
+
+
+def rolled_at(when: str, hash_value: str = "old") -> dict:
+    """The scheduler's Deployment, rolled by the operator at `when` (its rolled-at annotation)."""
+    d = dep(hash_value)
+    d["spec"]["template"]["metadata"]["annotations"][SCOPE_ROLLED_AT_ANNOTATION] = when
+    return d
+
+
+@pytest.mark.parametrize("case, m, template, wait, last", [
+    ("status lost the roll (a death before its flush): the template's, as the end of its second",
+     mem(), "2026-01-01T00:01:30Z", 21.0, (91.0, "2026-01-01T00:01:30Z")),
+    ("the template's is later than status's", mem(last_roll=85.0, last_roll_at="2026-01-01T00:01:24Z"),
+     "2026-01-01T00:01:30Z", 21.0, (91.0, "2026-01-01T00:01:30Z")),
+    ("the same roll memory knows (this process made it): memory's, to the fraction",
+     mem(last_roll=90.5, last_roll_at="2026-01-01T00:01:30Z"), "2026-01-01T00:01:30Z", 20.5,
+     (90.5, "2026-01-01T00:01:30Z")),
+    ("an older one on the template: memory's", mem(last_roll=95.5, last_roll_at="2026-01-01T00:01:35Z"),
+     "2026-01-01T00:01:30Z", 25.5, (95.5, "2026-01-01T00:01:35Z")),
+    ("not a time: memory's", mem(), "yesterday", None, (None, None)),
+    ("past the interval: at once", mem(), "2026-01-01T00:01:00Z", None, (61.0, "2026-01-01T00:01:00Z")),
+])
+def test_the_last_roll_is_the_later_of_memorys_and_the_templates(case, m, template, wait, last) -> None:
+    plan = sp.decide_sync(obs(workloads=(rolled_at(template),)), replace(m, roll_unread=True), NOW)
+    assert plan.roll == (sp.RollPlan(wait=wait) if wait else sp.RollPlan(patch=rolled(LISTED, 1))), case
+    assert (plan.memory.last_roll, plan.memory.last_roll_at, plan.memory.roll_unread) == (*last, False), case
+    if plan.roll.patch is None:
+        out = so.outcome(obs(), plan, so.Done(), prev=None, now=WALL)
+        assert out.report.section["lastRollTime"] == last[1], case   # status says it again
+
+
+def test_a_roll_folded_from_a_last_roll_not_compared_with_the_template_reads_the_workloads() -> None:
+    """The first decision after a start: status's lastRollTime may be older than the template's (the
+    roll after it was never flushed), so a roll it would fold reads the workloads to wait from the later."""
+    o = obs(workloads=None)
+    assert sp.late_needs(o, mem(last_roll=90.0, roll_unread=True), NOW).workloads
+    assert not sp.late_needs(o, mem(last_roll=90.0), NOW).workloads            # compared already: memory says
+    assert not sp.late_needs(obs(workloads=None, burst_goes_on=True), mem(roll_unread=True), NOW).workloads
 
 
 def test_a_patch_made_settles_the_roll_and_the_next_one_waits_the_interval() -> None:

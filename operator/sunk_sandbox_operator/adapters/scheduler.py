@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..api.keys import SCOPE_GENERATION_ANNOTATION, SCOPE_HASH_ANNOTATION
+from ..api.keys import SCOPE_GENERATION_ANNOTATION, SCOPE_HASH_ANNOTATION, SCOPE_ROLLED_AT_ANNOTATION
 from ..api.reasons import grant_targets
 from ..api.spec import LabelSelector
 from ..core import selectors
@@ -48,12 +48,16 @@ async def list_workloads(kube: k.KubeAPI, namespace: str) -> list[dict]:
 
 
 async def set_scope_hash(kube: k.KubeAPI, namespace: str, kind: str, name: str, value: str,
-                         generation: int | None = None) -> bool:
+                         generation: int | None = None, rolled_at: str | None = None) -> bool:
     """Roll the scheduler by setting its pod-template scope hash (and the ledger generation it is
-    rolled for) on the Deployment or StatefulSet running it. False when it is gone."""
+    rolled for, and when: `rolled_at`, in the same patch, so a process that dies before its status
+    says so still leaves the roll's time) on the Deployment or StatefulSet running it. False when it
+    is gone."""
     annotations = {SCOPE_HASH_ANNOTATION: value}
     if generation is not None:
         annotations[SCOPE_GENERATION_ANNOTATION] = str(generation)
+    if rolled_at is not None:
+        annotations[SCOPE_ROLLED_AT_ANNOTATION] = rolled_at
     patch = {"spec": {"template": {"metadata": {"annotations": annotations}}}}
     patch_fn = kube.merge_patch_statefulset if kind == "StatefulSet" else kube.merge_patch_deployment
     try:

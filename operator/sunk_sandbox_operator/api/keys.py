@@ -30,6 +30,7 @@ SCOPE_HASH_ANNOTATION = f"{GROUP}/scope-hash"   # scheduler pod template: rolls 
 # another manager (helm, argocd-controller) last changed one.
 FIELD_MANAGER = "sunk-sandbox-operator"
 SCOPE_GENERATION_ANNOTATION = f"{GROUP}/scope-generation"  # ... and the ledger generation it was rolled for
+SCOPE_ROLLED_AT_ANNOTATION = f"{GROUP}/rolled-at"  # ... and when (RFC 3339), in the roll's own patch: paces restarts
 BINDING_LABEL = f"{GROUP}/binding"              # RoleBindings it created, naming the binding
 BINDING_UID_LABEL = f"{GROUP}/binding-uid"      # ... and its UID: what makes one ours (names can be reused)
 SCOPE_LEDGER_ANNOTATION = f"{GROUP}/scope-ledger"  # scope target: what each binding added (core/ledger.py)

@@ -1,9 +1,10 @@
 """Rolling the scheduler onto the list in its target: list its workloads, patch the pod template (I/O).
 
 When to roll, and what to patch, is decided in core (`core.scope_plan`, `core.roll_pacing.when_to_roll`,
-`core.scope.decide_roll`); the template records the list's hash and the ledger generation it was
-rolled for. A refused read or patch is returned as a fact for the plan's check chain; only the
-Restore path, which is not rationed, turns it into a Problem itself.
+`core.scope.decide_roll`); the template records the list's hash, the ledger generation it was
+rolled for, and when (`rolled-at`: the pacing's memory that survives a death before the status
+flush). A refused read or patch is returned as a fact for the plan's check chain; only the Restore
+path, which is not rationed, turns it into a Problem itself.
 """
 
 from __future__ import annotations
@@ -28,12 +29,14 @@ async def workloads(ctx: Context, namespace: str) -> tuple[tuple[dict, ...] | No
         return None, str(exc)
 
 
-async def patch(ctx: Context, state: BindingState, namespace: str, d: sc.RollDecision) -> tuple[bool, str | None]:
-    """Set the pod-template scope hash (rolls the scheduler). (whether it rolled: False when the
-    workload is gone; why the patch was refused, or None)."""
+async def patch(ctx: Context, state: BindingState, namespace: str, d: sc.RollDecision,
+                at: str | None = None) -> tuple[bool, str | None]:
+    """Set the pod-template scope hash (rolls the scheduler) and the roll's time `at` (default: now).
+    (whether it rolled: False when the workload is gone; why the patch was refused, or None)."""
     assert d.workload is not None and d.hash is not None  # a decision to patch
     try:
-        rolled = await sched.set_scope_hash(ctx.kube, namespace, d.kind, d.workload, d.hash, d.generation)
+        rolled = await sched.set_scope_hash(ctx.kube, namespace, d.kind, d.workload, d.hash, d.generation,
+                                            at or ctx.now_iso())
     except k.Forbidden as exc:
         return False, str(exc)
     if rolled:

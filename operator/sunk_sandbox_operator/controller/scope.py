@@ -51,6 +51,7 @@ def memory(ctx: Context, state: BindingState) -> ScopeMemory:
             # A restart (a new leader) keeps rolls rationed: the last one, as status recorded it.
             last_roll=pacing.monotonic_of(rolled_at, ctx.now_iso(), ctx.monotonic()),
             last_roll_at=rolled_at if isinstance(rolled_at, str) else None,
+            roll_unread=True,  # ... or as the scheduler's template did, if later (its status flush was lost)
             syncer=Coalescer(run, window=lambda: ctx.config.scope_window_seconds,
                              min_interval=lambda: 1.0 / max(ctx.config.scope_max_writes_per_second, 0.01),
                              clock=ctx.monotonic,

@@ -131,8 +131,9 @@ async def _sync_inner(ctx: Context, state: BindingState, mem: ScopeMemory, perio
         _roll_later(ctx, mem, plan.wake)  # folded: one roll at the interval's end carries every change
     rolled_at, refused = None, None
     if plan.roll.patch is not None:
-        rolled, refused = await rolling.patch(ctx, state, obs.roll.namespace, plan.roll.patch)
-        rolled_at = (ctx.monotonic(), ctx.now_iso()) if rolled else None
+        at = ctx.now_iso()  # the template records it too (a death before the status flush keeps it)
+        rolled, refused = await rolling.patch(ctx, state, obs.roll.namespace, plan.roll.patch, at)
+        rolled_at = (ctx.monotonic(), at) if rolled else None
     deleted, created = await grants.apply(ctx, state, plan, obs.grant_role)
     answers = await grants.review(ctx, plan.reviews)
     out = so.outcome(obs, plan, so.Done(rolled_at, refused, deleted, created, answers), prev=state.section("scope"),

@@ -69,13 +69,14 @@ class ScopeMemory:
     roll_timer: "Timer | None" = None          # the folded roll at the end of minRollInterval
     next_roll_at: str | None = None            # ... its time, for status.scope.nextRollTime
     last_roll_at: str | None = None            # status.scope.lastRollTime
+    roll_unread: bool = False                  # the template's rolled-at not read since this process started
 
     def kept(self) -> SyncMemory:
         """What `core.scope_plan` decides from."""
         return SyncMemory(self.roll_due, self.last_roll, self.last_roll_at, self.next_roll_at, self.grants,
                           self.permits, self.manager_warned, self.cluster,
                           tuple(self.preexisting) if self.preexisting is not None else None, tuple(self.added),
-                          self.known_list)
+                          self.known_list, self.roll_unread)
 
     def keep(self, m: SyncMemory) -> None:
         """What a plan (or its outcome) leaves."""
@@ -83,7 +84,7 @@ class ScopeMemory:
                                                                               m.next_roll_at)
         self.grants, self.permits, self.manager_warned, self.cluster = m.grants, m.permits, m.manager_warned, m.cluster
         self.preexisting = list(m.preexisting) if m.preexisting is not None else None
-        self.added, self.known_list = list(m.added), m.known_list
+        self.added, self.known_list, self.roll_unread = list(m.added), m.known_list, m.roll_unread
 
     def switch_target(self, ref: TargetRef) -> None:
         """Start fresh on another target: what we added and found belongs to the one we left, and

@@ -12,7 +12,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import Any, Mapping
 
+from ..api.keys import SCOPE_ROLLED_AT_ANNOTATION
 from .pods import parse_time
 from .scheduler_conf import parse_go_duration
 
@@ -36,11 +38,19 @@ def roll_wait(last_roll: float | None, now: float, interval: float) -> float:
 
 
 def monotonic_of(when_iso: object, now_iso: str, now: float) -> float | None:
-    """A recorded wall-clock time (status.scope.lastRollTime) on the monotonic clock, or None."""
+    """A recorded wall-clock time (status.scope.lastRollTime) on the monotonic clock, or None; never
+    after `now`. Times are recorded in whole seconds, so one is read as the end of its second: a roll
+    at 12.5 s, recorded as 12 s, is taken as made at 13 s — never earlier than it was (never two rolls
+    inside an interval, across restarts too), the next roll at most a second later for it (and a
+    second more for `now_iso`, in whole seconds too)."""
     when, wall = parse_time(when_iso), parse_time(now_iso)
     if when is None or wall is None:
         return None
-    return now - max(0.0, wall - when)
+    return now - max(0.0, wall - (math.floor(when) + 1.0))
+
+
+def _iso(seconds: int) -> str:
+    return datetime.fromtimestamp(seconds, timezone.utc).isoformat().replace("+00:00", "Z")
 
 
 def after(now_iso: str, seconds: float) -> str:
@@ -48,7 +58,23 @@ def after(now_iso: str, seconds: float) -> str:
     start = parse_time(now_iso)
     if start is None:
         return now_iso
-    return datetime.fromtimestamp(math.ceil(start + seconds), timezone.utc).isoformat().replace("+00:00", "Z")
+    return _iso(math.ceil(start + seconds))
+
+
+def rolled_later(workload: Mapping[str, Any] | None, known: str | None, now_iso: str,
+                 now: float) -> tuple[float, str] | None:
+    """The roll the scheduler's `workload` records (its pod template's rolled-at annotation, set in the
+    roll's own patch), on the monotonic clock and in status's whole-second form, when it is in a later
+    second than `known` (status.scope.lastRollTime, as memory has it); else None (the same roll, an
+    older one, or not a time)."""
+    template = ((workload or {}).get("spec") or {}).get("template") or {}
+    seen = parse_time(((template.get("metadata") or {}).get("annotations") or {}).get(SCOPE_ROLLED_AT_ANNOTATION))
+    before = parse_time(known)
+    if seen is None or (before is not None and math.floor(seen) <= math.floor(before)):
+        return None
+    at = _iso(math.floor(seen))
+    mono = monotonic_of(at, now_iso, now)
+    return None if mono is None else (mono, at)
 
 
 @dataclass(frozen=True)

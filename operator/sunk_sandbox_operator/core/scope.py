@@ -393,8 +393,8 @@ def decide_roll(workloads: Sequence[Mapping[str, Any]], pod_selector: Any, names
     the list's hash differs, or the list was written again since the roll (ledger `generation`:
     a list put back after a revert — a `helm upgrade` that also restarted the scheduler on the
     chart's list — has the old names but must still be re-read). Level-triggered: compares the
-    template with the target, whoever changed either. After a sync that wrote nothing, a scheduler
-    we never rolled is left alone."""
+    template with the target, whoever changed either. Unless `wrote` (the operator wrote the list: this
+    sync, or the ledger's generation says so), a scheduler we never rolled is left alone."""
     dep = scheduler_workload(workloads, pod_selector)
     if dep is None:
         return RollDecision(note=f"No Deployment or StatefulSet in {namespace} has pod template labels matching "

@@ -9,9 +9,10 @@ The shell (`controller.scope_sync`) gathers, calls these, acts in the order they
 2. once written, `after_write` is the memory the list leaves, kept at once (namespace events compare
    with it while the sync goes on);
 3. the facts the write must not wait for, or that only its end can tell (`late_needs`: does a burst
-   go on; the workloads when the roll may happen now; our RoleBindings when refreshing; which
-   listed namespaces the binding may grant in): a RoleBinding LIST never holds up the list write,
-   and a burst that began during the write still defers the roll to its last write;
+   go on; the workloads when the roll may happen now, or its wait needs the template's rolled-at; our
+   RoleBindings when refreshing; which listed namespaces the binding may grant in): a RoleBinding LIST
+   never holds up the list write, and a burst that began during the write still defers the roll to
+   its last write;
 4. `decide_sync`: the whole plan (the write as decided; the roll: `core.roll_pacing.when_to_roll`,
    then the template check, rationed by `roll_wait`; the grants: `core.grants.plan_grants`; the
    SubjectAccessReviews to ask; the next memory; when to wake for the folded roll);
@@ -121,6 +122,7 @@ class SyncMemory:
     preexisting: tuple[str, ...] | None = None
     added: tuple[str, ...] = ()
     known_list: frozenset[str] | None = None  # the target's list as last read or written
+    roll_unread: bool = False              # the template's rolled-at not read since this process started
 
 
 # ---------------------------------------------------------------- what a sync does
@@ -268,12 +270,16 @@ def _refresh(obs: SyncObservation, m: SyncMemory) -> bool:
 def late_needs(obs: SyncObservation, mem: SyncMemory, now: float) -> Needs:
     """What to gather after the write (`burst_goes_on` already observed there): the workloads only
     when the roll may patch now (not at a burst's intermediate syncs), our RoleBindings only when the
-    grants are refreshed, the grantable namespaces only when grants or per-namespace reviews may run."""
+    grants are refreshed, the grantable namespaces only when grants or per-namespace reviews may run.
+    A roll folded from a last roll this process has not compared with the template's rolled-at (the
+    first decision after a start) reads the workloads too, to wait from the later of the two."""
     d = obs.scope.listed
     if d.error or d.cluster:
         return Needs()
     m = after_write(obs, mem).memory
-    workloads = obs.workloads is None and obs.workloads_forbidden is None and _step(obs, m, now).now
+    step = _step(obs, m, now)
+    workloads = obs.workloads is None and obs.workloads_forbidden is None and (
+        step.now or (step.wait > 0 and m.roll_unread))
     sa, p = obs.service_account, m.permits
     per_namespace = bool(sa[1]) and (obs.periodic or p.sa != sa or p.cluster is not True)
     kept = _grants_kept(obs, m)
@@ -301,16 +307,31 @@ def template_check(workloads: tuple[Mapping[str, Any], ...] | None, forbidden: s
                           generation_annotation=SCOPE_GENERATION_ANNOTATION)
 
 
+def _last_rolled(obs: SyncObservation, m: SyncMemory, now: float) -> SyncMemory:
+    """Memory with the roll the template records (`roll_pacing.rolled_later`), if later than memory's:
+    status.scope.lastRollTime is written after the roll, so a death in between leaves it only there."""
+    if obs.workloads is None:
+        return m
+    seen = pacing.rolled_later(sc.scheduler_workload(obs.workloads, obs.roll.pod_selector), m.last_roll_at,
+                               obs.now_iso, now)
+    m = replace(m, roll_unread=False)
+    return m if seen is None else replace(m, last_roll=seen[0], last_roll_at=seen[1])
+
+
 def _roll(obs: SyncObservation, m: SyncMemory, now: float, values: list[str],
           generation: int) -> tuple[RollPlan, SyncMemory, float | None]:
     """Roll now, fold into one roll later, or nothing (`when_to_roll`); a patch the template check
-    finds needed at a resync (an admin's edit, a revert) is rationed by `roll_wait` like ours."""
+    finds needed at a resync (an admin's edit, a revert) is rationed by `roll_wait` like ours. A roll
+    is owed while we wrote the list (`roll_due`) or the ledger's generation says the operator did: a
+    process that died between its write and its roll leaves only that. The last roll is the later of
+    memory's and the template's (`_last_rolled`)."""
+    m = _last_rolled(obs, m, now)
     step = _step(obs, m, now)
     if not step.now:
         plan = RollPlan(wait=step.wait or None)
     else:
-        check = template_check(obs.workloads, obs.workloads_forbidden, obs.roll, values, wrote=m.roll_due,
-                               generation=generation)
+        check = template_check(obs.workloads, obs.workloads_forbidden, obs.roll, values,
+                               wrote=m.roll_due or generation > 0, generation=generation)
         if isinstance(check, tuple):
             return RollPlan(problem=check), m, None
         if check.workload is None or check.hash is None:  # set together
