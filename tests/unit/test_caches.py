@@ -238,3 +238,20 @@ async def test_a_namespace_relabel_refreshes_placement_through_the_watch(harness
     body = copy.deepcopy(namespace("team-x", {"sbx": "yes"}))
     watch.on_namespace(ctx, "DELETED", body)
     assert len(state.placement.tracker) == 0
+
+
+def test_quantities_are_parsed_once_and_invalid_ones_refused_every_time():
+    from decimal import Decimal
+
+    import pytest
+
+    from sunk_sandbox_operator.adapters import quantity
+
+    quantity._parse.cache_clear()
+    assert quantity.parse_quantity("1Gi") == Decimal(2**30) and quantity.parse_quantity("1Gi") == Decimal(2**30)
+    assert quantity._parse.cache_info().hits == 1
+    for bad in (True, "NaN", "Infinity", "1x"):  # the API server's refusals, whatever was cached before
+        for _ in range(2):
+            with pytest.raises(ValueError):
+                quantity.parse_quantity(bad)
+    assert quantity.parse_quantity(1) == 1 and quantity.parse_quantity(1.5) == Decimal("1.5")
