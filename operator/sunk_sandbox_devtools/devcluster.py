@@ -187,25 +187,34 @@ def ensure_binaries() -> Path:
     return ensure_built(CACHE_ROOT / f"kube-{kube}_etcd-{etcd}")
 
 
+def helm_path() -> Path:
+    """Where helm is (or will be): $HELM_BIN when set, else its cache directory's binary."""
+    return Path(os.environ.get("HELM_BIN") or CACHE_ROOT / f"helm-{helm_version()}" / "helm")
+
+
+def promtool_path() -> Path:
+    return Path(os.environ.get("PROMTOOL_BIN") or CACHE_ROOT / f"promtool-{promtool_version()}" / "promtool")
+
+
+def argocd_health_path() -> Path:
+    return Path(os.environ.get("ARGOCD_HEALTH_BIN") or CACHE_ROOT / f"argocd-{argocd_version()}" / "argocd-health")
+
+
+def _ensure_tool(path: Path, env: str, build: Callable[[Path], None], binaries: tuple[str, ...]) -> Path:
+    """A tool's binary: $`env` when set, else built once per pinned version under `ensure_built`'s lock."""
+    return path if os.environ.get(env) else ensure_built(path.parent, build, binaries) / path.name
+
+
 def ensure_helm() -> Path:
-    """The helm binary ($HELM_BIN when set), built once per pinned version under the same kind of lock."""
-    if os.environ.get("HELM_BIN"):
-        return Path(os.environ["HELM_BIN"])
-    return ensure_built(CACHE_ROOT / f"helm-{helm_version()}", build_helm, HELM) / "helm"
+    return _ensure_tool(helm_path(), "HELM_BIN", build_helm, HELM)
 
 
 def ensure_promtool() -> Path:
-    """The promtool binary ($PROMTOOL_BIN when set), built once per pinned version like helm."""
-    if os.environ.get("PROMTOOL_BIN"):
-        return Path(os.environ["PROMTOOL_BIN"])
-    return ensure_built(CACHE_ROOT / f"promtool-{promtool_version()}", build_promtool, PROMTOOL) / "promtool"
+    return _ensure_tool(promtool_path(), "PROMTOOL_BIN", build_promtool, PROMTOOL)
 
 
 def ensure_argocd_health() -> Path:
-    """The argocd-health binary ($ARGOCD_HEALTH_BIN when set), built once per pinned Argo CD version."""
-    if os.environ.get("ARGOCD_HEALTH_BIN"):
-        return Path(os.environ["ARGOCD_HEALTH_BIN"])
-    return ensure_built(CACHE_ROOT / f"argocd-{argocd_version()}", build_argocd_health, ARGOCD_HEALTH) / "argocd-health"
+    return _ensure_tool(argocd_health_path(), "ARGOCD_HEALTH_BIN", build_argocd_health, ARGOCD_HEALTH)
 
 
 def free_port() -> int:

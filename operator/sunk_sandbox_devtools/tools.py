@@ -40,11 +40,9 @@ def _image() -> object:
 
 # What the suite needs, in the order its late tests use them (tests/conftest.py sorts by this order).
 GO_TOOLS: tuple[tuple[str, Callable[[], object], Callable[[], Path]], ...] = (
-    ("helm", devcluster.ensure_helm, lambda: devcluster.CACHE_ROOT / f"helm-{devcluster.helm_version()}" / "helm"),
-    ("promtool", devcluster.ensure_promtool,
-     lambda: devcluster.CACHE_ROOT / f"promtool-{devcluster.promtool_version()}" / "promtool"),
-    ("argocd-health", devcluster.ensure_argocd_health,
-     lambda: devcluster.CACHE_ROOT / f"argocd-{devcluster.argocd_version()}" / "argocd-health"),
+    ("helm", devcluster.ensure_helm, devcluster.helm_path),
+    ("promtool", devcluster.ensure_promtool, devcluster.promtool_path),
+    ("argocd-health", devcluster.ensure_argocd_health, devcluster.argocd_health_path),
 )
 ORDER = tuple(name for name, _, _ in GO_TOOLS) + ("image",)
 

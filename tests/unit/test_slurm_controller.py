@@ -73,13 +73,13 @@ def jobs_status(h, name: str = "b") -> dict:
     return h.kube.get("bindings", NS, name)["status"]["placement"].get("jobs") or {}
 
 
-async def one_matched_job(harness):
+async def one_matched_job(harness, name: str = "p"):
     """A reconciled binding whose one sandbox pod has its placeholder job, seen by a poll."""
     h, fake = setup(harness)
     state = binding(h)
     await reconcile.reconcile(h.ctx, state)
-    watch.on_pod(h.ctx, "ADDED", pod(h, "p"))
-    fake.submit("ds-alice/p")
+    watch.on_pod(h.ctx, "ADDED", pod(h, name))
+    fake.submit(f"ds-alice/{name}")
     await h.clock.advance(POLL)
     await h.run_until_idle()
     assert jobs_status(h)["matched"] == 1
@@ -138,13 +138,7 @@ async def test_one_poller_per_url_and_user_two_requests_per_poll_whatever_the_po
 
 
 async def test_placeholder_jobs_found_stuck_and_missing(harness) -> None:
-    h, fake = setup(harness)
-    state = binding(h)
-    await reconcile.reconcile(h.ctx, state)
-    watch.on_pod(h.ctx, "ADDED", pod(h, "running"))
-    fake.submit("ds-alice/running")
-    await h.clock.advance(POLL)
-    await h.run_until_idle()
+    h, fake, state = await one_matched_job(harness, "running")
     assert conditions(h)["PlacementVerified"] == ("True", "Verified")
     assert "1 placeholder job(s) found ('{namespace}/{name}' ×1)" in cond(h, "PlacementVerified")["message"]
     assert jobs_status(h) == {"matched": 1, "pending": 0, "missing": 0, "templates": {"{namespace}/{name}": 1}}
