@@ -14,6 +14,7 @@ import ssl
 from typing import Any, AsyncIterator, Mapping
 
 import aiohttp
+import orjson  # parses watch events and LIST pages 3-4x faster than json: the pod watch's main cost
 from kubernetes.client.configuration import Configuration
 
 from . import kube as k
@@ -70,7 +71,7 @@ class KubeHTTP:
                 answer = await resp.read()
                 if resp.status >= 300:
                     raise _error(resp.status, answer)
-                return json.loads(answer) if answer else {}
+                return orjson.loads(answer) if answer else {}
         except aiohttp.ClientError as exc:  # a dropped or refused connection: transient, like a 503
             raise ApiStatus(503, f"{type(exc).__name__}: {exc}") from None
 
@@ -92,9 +93,9 @@ class KubeHTTP:
                 *lines, buffer = buffer.split(b"\n")
                 for line in lines:
                     if line.strip():
-                        yield json.loads(line)
+                        yield orjson.loads(line)
             if buffer.strip():
-                yield json.loads(buffer)
+                yield orjson.loads(buffer)
 
     async def close(self) -> None:
         if self._session is not None:
@@ -103,7 +104,7 @@ class KubeHTTP:
 
 def _error(status: int, body: bytes) -> Exception:
     try:
-        message = json.loads(body).get("message") or ""
+        message = orjson.loads(body).get("message") or ""
     except (ValueError, AttributeError):
         message = body[:200].decode(errors="replace")
     typed = {403: k.Forbidden, 404: k.NotFound, 409: k.Conflict, 422: k.Invalid}.get(status)
