@@ -90,6 +90,22 @@ async def test_reads_send_the_paths_and_selectors(kube, http) -> None:
         ("GET", "/apis/apps/v1/namespaces/slurm/statefulsets", {})]
 
 
+@pytest.mark.parametrize(("kind", "path"), [
+    ("ConfigMap", "/api/v1/namespaces/ns/configmaps"),
+    ("Pod", "/api/v1/namespaces/ns/pods"),
+    ("Application", "/apis/argoproj.io/v1alpha1/namespaces/ns/applications"),
+    ("HelmRelease", "/apis/helm.toolkit.fluxcd.io/v2/namespaces/ns/helmreleases"),
+])
+def test_kind_path_gives_the_collection_and_an_object_in_it(kind: str, path: str) -> None:
+    assert k.kind_path(kind, "ns") == path
+    assert k.kind_path(kind, "ns", "x") == path + "/x"
+
+
+def test_kind_path_knows_only_its_kinds() -> None:
+    with pytest.raises(KeyError):
+        k.kind_path("Secret", "ns")
+
+
 async def test_the_doctors_reads_send_their_paths_and_page_through_long_lists(kube, http) -> None:
     pages = iter([{"items": [{"n": 1}], "metadata": {"continue": "c1"}}, {"items": [{"n": 2}], "metadata": {}}])
 

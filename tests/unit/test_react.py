@@ -7,11 +7,12 @@ from __future__ import annotations
 import asyncio
 
 from sunk_sandbox_operator.api.keys import SCOPE_GENERATION_ANNOTATION, SCOPE_HASH_ANNOTATION
-from sunk_sandbox_operator.api.spec import LabelSelector
+from sunk_sandbox_operator.api.spec import LabelSelector, parse_spec
 from sunk_sandbox_operator.controller import depends, lifecycle, scope
 from sunk_sandbox_operator.controller.depends import Watched
 from sunk_sandbox_operator.core import managers
 from sunk_sandbox_operator.core import scope as sc
+from sunk_sandbox_operator.core.target_ref import locate
 
 from tests.unit.fakes import binding_body, discovery, harness_fixture  # noqa: F401 (fixture)
 from tests.unit.test_scope_controller import listed, scope_hash_of, world
@@ -45,6 +46,21 @@ def test_paths_are_namespaced_and_metadata_only() -> None:
     r = Watched("Application", "argocd").resource()
     assert (r.path, r.metadata_only) == ("/apis/argoproj.io/v1alpha1/namespaces/argocd/applications", True)
     assert Watched("Pod", "slurm", "a=b").resource().label_selector == "a=b"
+    assert [Watched(kind, "ns").resource().path for kind in ("ConfigMap", "Pod", "HelmRelease")] == [
+        "/api/v1/namespaces/ns/configmaps", "/api/v1/namespaces/ns/pods",
+        "/apis/helm.toolkit.fluxcd.io/v2/namespaces/ns/helmreleases"]
+
+
+def test_only_a_target_beyond_the_scheduler_configmaps_adds_watches() -> None:
+    base = {"runner": {"id": "r", "tokenSecretRef": {"name": "s"}}, "sandboxNamespaces": {"names": ["ds-*"]},
+            "scheduler": {"namespace": "slurm"}}
+
+    def beyond(target: dict) -> tuple:
+        return locate(parse_spec({**base, "scope": {"target": target}}), "ops", "cm").reads_beyond_scheduler_configmaps
+    assert beyond({"configMap": {"name": "cm"}}) == beyond({}) == ()
+    assert beyond({"kind": "ArgoCDApplication", "application": {"name": "a"}}) == (("Application", "argocd", "a"),)
+    assert beyond({"kind": "FluxHelmRelease", "helmRelease": {"name": "hr", "namespace": "flux"}}) == (
+        ("ConfigMap", "flux", "hr-sunk-scope"), ("HelmRelease", "flux", "hr"))
 
 
 async def test_an_event_wakes_only_the_bindings_it_concerns_once_per_burst(harness) -> None:

@@ -350,6 +350,32 @@ def test_discover_named_configmap_from_scope_target() -> None:
     assert d.configmap_name == "slurm-scheduler-config" and d.name == "slurm-scheduler"
 
 
+def test_discover_named_configmap_reads_the_targets_key_and_notes_a_missing_one() -> None:
+    cm = copy.deepcopy(fx("sunk8_configmap"))
+    cm["data"] = {"custom.conf": cm["data"]["scheduler.conf"]}
+    s = spec(scope={"target": {"configMap": {"name": "slurm-scheduler-config", "key": "custom.conf"}}})
+    d = discover(s, "tenant-slurm", [fx("sunk8_pod")], [cm])
+    assert d.configmap_name == "slurm-scheduler-config" and d.name == "slurm-scheduler"
+    # Named: a labelled one under another name does not stand in for it.
+    other = copy.deepcopy(fx("sunk8_configmap"))
+    other["metadata"]["name"] = "other"
+    d = discover(s, "tenant-slurm", [fx("sunk8_pod")], [other])
+    assert d.configmap_name is None
+    assert "ConfigMap slurm-scheduler-config (spec.scope.target.configMap.name) not found in tenant-slurm" in d.messages
+
+
+@pytest.mark.parametrize("target", [
+    {"kind": "ArgoCDApplication", "application": {"name": "slurm"}},
+    {"kind": "FluxHelmRelease", "helmRelease": {"name": "slurm"}},
+])
+def test_discover_with_another_target_kind_ignores_configmap_name_and_key(target: dict[str, Any]) -> None:
+    # configMap.* is for the SchedulerConfigMap target only: the labelled scheduler.conf is read.
+    s = spec(scope={"target": {**target, "configMap": {"name": "absent", "key": "custom.conf"}}})
+    d = discover(s, "tenant-slurm", [fx("sunk8_pod")], [fx("sunk8_configmap")])
+    assert d.configmap_name == "slurm-scheduler-config" and (d.name, d.name_source) == ("slurm-scheduler", "configMap")
+    assert not any("absent" in m for m in d.messages) and not d.errors
+
+
 def test_discover_several_labelled_configmaps_is_deterministic_and_noted() -> None:
     a, b = fx("sunk8_configmap"), copy.deepcopy(fx("sunk8_configmap"))
     b["metadata"]["name"] = "aaa-scheduler-config"

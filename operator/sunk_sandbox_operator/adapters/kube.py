@@ -118,6 +118,22 @@ def ns_path(namespace: str, plural: str, name: str = "", group: str = "", versio
     return f"{base}/namespaces/{namespace}/{plural}" + (f"/{name}" if name else "")
 
 
+# (group, version, plural) of the Kubernetes kinds the operator reads by kind (TargetRef.reads, the
+# dependency watches): the one table of their API paths.
+KINDS: dict[str, tuple[str, str, str]] = {
+    "ConfigMap": ("", "v1", "configmaps"),
+    "Pod": ("", "v1", "pods"),
+    "Application": (ARGO_GROUP, ARGO_VERSION, ARGO_PLURAL),
+    "HelmRelease": (FLUX_GROUP, FLUX_VERSION, FLUX_PLURAL),
+}
+
+
+def kind_path(kind: str, namespace: str, name: str = "") -> str:
+    """The API path of a namespaced collection of one of KINDS (KeyError for others), or of one object in it."""
+    group, version, plural = KINDS[kind]
+    return ns_path(namespace, plural, name, group, version)
+
+
 OURS = {"fieldManager": keys.FIELD_MANAGER}
 PAGE_SIZE = 500  # items per page of a paginated LIST
 RBAC = "rbac.authorization.k8s.io"
@@ -172,13 +188,14 @@ class Kube:
     # ------------------------------------------------------------ reads
 
     async def list_pods(self, namespace: str, label_selector: str | None) -> list[dict]:
-        return await self._items(ns_path(namespace, "pods"), {"labelSelector": label_selector} if label_selector else None)
+        params = {"labelSelector": label_selector} if label_selector else None
+        return await self._items(kind_path("Pod", namespace), params)
 
     async def list_configmaps(self, namespace: str) -> list[dict]:
-        return await self._items(ns_path(namespace, "configmaps"))
+        return await self._items(kind_path("ConfigMap", namespace))
 
     async def get_configmap(self, namespace: str, name: str) -> dict:
-        return await self._get(ns_path(namespace, "configmaps", name))
+        return await self._get(kind_path("ConfigMap", namespace, name))
 
     async def read_secret_key(self, namespace: str, name: str, key: str) -> str:
         """The decoded value of one Secret key (never logged by callers). KeyError when absent."""
@@ -218,11 +235,11 @@ class Kube:
         return await self._items(f"/apis/{keys.GROUP}/{keys.VERSION}/{keys.PLURAL}")
 
     async def get_application(self, namespace: str, name: str) -> dict:
-        return await self._get(ns_path(namespace, ARGO_PLURAL, name, ARGO_GROUP, ARGO_VERSION))
+        return await self._get(kind_path("Application", namespace, name))
 
     async def get_helmrelease(self, namespace: str, name: str) -> dict:
         """A Flux HelmRelease (read only: the FluxHelmRelease target writes the ConfigMap it consumes)."""
-        return await self._get(ns_path(namespace, FLUX_PLURAL, name, FLUX_GROUP, FLUX_VERSION))
+        return await self._get(kind_path("HelmRelease", namespace, name))
 
     async def list_rolebindings(self, label_selector: str) -> list[dict]:
         return await self._items(f"/apis/{RBAC}/v1/rolebindings", {"labelSelector": label_selector})
@@ -251,13 +268,13 @@ class Kube:
 
     async def replace_configmap(self, namespace: str, name: str, body: dict) -> dict:
         """PUT with the body's resourceVersion as precondition (409 → Conflict, 422 → Invalid)."""
-        return await self._write("PUT", ns_path(namespace, "configmaps", name), body, params=OURS)
+        return await self._write("PUT", kind_path("ConfigMap", namespace, name), body, params=OURS)
 
     async def create_configmap(self, namespace: str, body: dict) -> dict:
-        return await self._write("POST", ns_path(namespace, "configmaps"), body, params=OURS)
+        return await self._write("POST", kind_path("ConfigMap", namespace), body, params=OURS)
 
     async def delete_configmap(self, namespace: str, name: str) -> None:
-        await self._delete(ns_path(namespace, "configmaps", name))
+        await self._delete(kind_path("ConfigMap", namespace, name))
 
     async def merge_patch_deployment(self, namespace: str, name: str, patch: dict) -> dict:
         return await self._write("PATCH", ns_path(namespace, "deployments", name, "apps"), patch,
@@ -269,7 +286,7 @@ class Kube:
 
     async def merge_patch_application(self, namespace: str, name: str, patch: dict) -> dict:
         """JSON merge patch of an Argo CD Application; metadata.resourceVersion in it is a precondition."""
-        return await self._write("PATCH", ns_path(namespace, ARGO_PLURAL, name, ARGO_GROUP, ARGO_VERSION), patch,
+        return await self._write("PATCH", kind_path("Application", namespace, name), patch,
                                  content_type=MERGE_PATCH, params=OURS)
 
     async def create_event(self, namespace: str, body: dict) -> dict:

@@ -25,7 +25,7 @@ from ..adapters import kube as k
 from ..adapters.informer import Informer, Resource
 from ..api.keys import SCHEDULER_CONFIGMAP_LABEL
 from ..core import selectors
-from ..core.target_ref import CONFIGMAP, TargetRef, locate
+from ..core.target_ref import TargetRef, locate
 from .state import BindingState
 
 # The controller Context (bindings, http, config, metrics, depends). Not imported: the context
@@ -48,12 +48,7 @@ class Watched:
     selector: str | None = None  # pods: the scheduler's podSelector as a label selector string
 
     def resource(self) -> Resource:
-        ns = self.namespace
-        path = {"ConfigMap": k.ns_path(ns, "configmaps"),
-                "Pod": k.ns_path(ns, "pods"),
-                "Application": k.ns_path(ns, k.ARGO_PLURAL, group=k.ARGO_GROUP, version=k.ARGO_VERSION),
-                "HelmRelease": k.ns_path(ns, k.FLUX_PLURAL, group=k.FLUX_GROUP, version=k.FLUX_VERSION)}[self.kind]
-        return Resource(path, label_selector=self.selector, metadata_only=True)
+        return Resource(k.kind_path(self.kind, self.namespace), label_selector=self.selector, metadata_only=True)
 
 
 def scheduler_namespace(state: BindingState) -> str | None:
@@ -76,8 +71,7 @@ def wanted(state: BindingState) -> set[Watched]:
     out = {Watched("ConfigMap", ns),
            Watched("Pod", ns, selectors.to_label_selector_string(state.admitted_spec.scheduler.pod_selector) or None)}
     target = target_of(state)
-    if target.kind != CONFIGMAP:  # the scheduler ConfigMap target is the scheduler namespace's watch
-        out |= {Watched(kind, namespace) for kind, namespace, name in target.reads if name}
+    out |= {Watched(kind, namespace) for kind, namespace, name in target.reads_beyond_scheduler_configmaps if name}
     return out
 
 

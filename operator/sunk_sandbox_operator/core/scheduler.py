@@ -24,6 +24,7 @@ from .scheduler_conf import (
     SchedulerArgs, SchedulerConf, parse_scheduler_args, parse_scheduler_conf, slurm_kill_wait,
 )
 from .selectors import to_label_selector_string
+from .target_ref import CONFIGMAP, locate
 
 # ---------------------------------------------------------------- discovery
 
@@ -73,13 +74,21 @@ def _data(cm: Mapping[str, Any]) -> Mapping[str, Any]:
     return d if isinstance(d, Mapping) else {}
 
 
-def _scheduler_configmap(spec: BindingSpec, cms: Sequence[Mapping[str, Any]], d: Discovery) -> Mapping[str, Any] | None:
-    target = spec.scope.target.config_map
-    if spec.scope.target.kind == "SchedulerConfigMap" and target.name:
+def _named_configmap(spec: BindingSpec, binding_namespace: str) -> tuple[str, str]:
+    """(name, key) of scheduler.conf as the spec gives them: a SchedulerConfigMap target's, as the
+    scheduler reads the same document; name "" when the spec names none (found by label then)."""
+    target = locate(spec, binding_namespace)
+    if target.kind == CONFIGMAP and target.key is not None:
+        return target.name, target.key
+    return "", SCHEDULER_CONF_KEY
+
+
+def _scheduler_configmap(name: str, cms: Sequence[Mapping[str, Any]], d: Discovery) -> Mapping[str, Any] | None:
+    if name:
         # The admin named it for the scope sync; the scheduler reads the same document.
-        named = next((cm for cm in cms if _meta(cm).get("name") == target.name), None)
+        named = next((cm for cm in cms if _meta(cm).get("name") == name), None)
         if named is None:
-            d.messages.append(f"ConfigMap {target.name} (spec.scope.target.configMap.name) not found in {d.namespace}")
+            d.messages.append(f"ConfigMap {name} (spec.scope.target.configMap.name) not found in {d.namespace}")
         return named
     key, value = SCHEDULER_CONFIGMAP_LABEL
     found = sorted(
@@ -125,10 +134,10 @@ def discover(
 
     # SUNK 8: scheduler.conf
     conf = SchedulerConf()
-    cm = _scheduler_configmap(spec, cms, d)
+    cm_name, key = _named_configmap(spec, binding_namespace)
+    cm = _scheduler_configmap(cm_name, cms, d)
     if cm is not None:
         d.configmap_name = _meta(cm).get("name")
-        key = spec.scope.target.config_map.key if spec.scope.target.kind == "SchedulerConfigMap" else SCHEDULER_CONF_KEY
         conf = parse_scheduler_conf(_data(cm).get(key))
         if conf.error:
             d.errors.append(f"ConfigMap {d.namespace}/{d.configmap_name} key {key}: {conf.error}")

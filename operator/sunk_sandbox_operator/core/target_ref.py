@@ -40,6 +40,12 @@ class TargetRef:
         return (self.writes, *extra)
 
     @property
+    def reads_beyond_scheduler_configmaps(self) -> tuple[tuple[str, str, str], ...]:
+        """`reads` less the SchedulerConfigMap target's ConfigMap: that one is among the scheduler
+        namespace's ConfigMaps, which every binding reads (and watches) anyway."""
+        return () if self.kind == CONFIGMAP else self.reads
+
+    @property
     def namespace_field(self) -> tuple[str, str]:
         """(the spec field that decides `namespace`, what lives there): for the tenancy check's message."""
         return {APPLICATION: ("spec.scope.target.application.namespace", "the Argo CD Application"),
