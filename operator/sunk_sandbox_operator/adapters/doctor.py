@@ -25,8 +25,7 @@ from ..core import node_room as room
 from ..core import scope as sc
 from ..core import scope_doc, selectors, slurm, tenancy
 from ..core.pods import decode_pod
-from ..core.scheduler import Discovery, discover
-from ..core.scheduler_conf import SCHEDULER_CONF_KEY
+from ..core.scheduler import Discovery, discover, scheduler_conf_location
 from . import grants, kube as k
 from . import slurmrest as sr
 from .quantity import parse_quantity
@@ -95,9 +94,7 @@ def _scope(t: Target, d: Discovery, cms: list[dict]) -> f.Scope | None:
     """The watched list in the scheduler's own scheduler.conf (what it runs with, whoever renders it)."""
     if not d.configmap_name:
         return None
-    target = t.spec.scope.target
-    key, path = ((target.config_map.key, target.config_map.path) if target.kind == "SchedulerConfigMap"
-                 else (SCHEDULER_CONF_KEY, "scheduler.scope.namespaces"))
+    _, key, path = scheduler_conf_location(t.spec, t.namespace)
     cm = next((c for c in cms if (c.get("metadata") or {}).get("name") == d.configmap_name), {})
     where = f"{key} of ConfigMap {d.namespace}/{d.configmap_name}"
     text = (cm.get("data") or {}).get(key)

@@ -39,6 +39,10 @@ def _cel(rule: str, message: str, field_path: str | None = None) -> dict[str, An
 # ---------------------------------------------------------------- shared pieces
 
 
+# Where SUNK's scheduler.conf keeps the watched-namespace list (the default path of every target kind).
+DEFAULT_SCOPE_PATH = "scheduler.scope.namespaces"
+
+
 class LabelSelectorRequirement(_Model):
     """One expression of a label selector."""
 
@@ -200,7 +204,7 @@ class ConfigMapTargetSpec(_Model):
     )
     key: str = Field(default="scheduler.conf", description="Data key holding the YAML config.", min_length=1, max_length=NAME_MAX)
     path: str = Field(
-        default="scheduler.scope.namespaces",
+        default=DEFAULT_SCOPE_PATH,
         description="Dotted path of the namespace list inside the YAML document.",
         pattern=DOTTED_PATH_PATTERN, max_length=DOTTED_PATH_MAX,
     )
@@ -225,7 +229,7 @@ class ApplicationTargetSpec(_Model):
     namespace: str = Field(default="argocd", description="Namespace of the Application.", pattern=DNS_LABEL_PATTERN,
                            max_length=NAMESPACE_MAX)
     path: str = Field(
-        default="scheduler.scope.namespaces",
+        default=DEFAULT_SCOPE_PATH,
         description="Dotted path of the list inside the Helm values Argo CD renders for the source: "
         "helm.valuesObject when set, else the YAML string helm.values (edited in place), else a new valuesObject.",
         pattern=DOTTED_PATH_PATTERN, max_length=DOTTED_PATH_MAX,
@@ -272,7 +276,7 @@ class FluxTargetSpec(_Model):
     key: str = Field(default="values.yaml", description="Data key holding the values YAML document (the valuesFrom "
                      "entry's valuesKey).", min_length=1, max_length=NAME_MAX, pattern=r"^[-._a-zA-Z0-9]+$")
     path: str = Field(
-        default="scheduler.scope.namespaces",
+        default=DEFAULT_SCOPE_PATH,
         description="Dotted path of the namespace list inside that values document.",
         pattern=DOTTED_PATH_PATTERN, max_length=DOTTED_PATH_MAX,
     )

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..api.keys import SCHEDULER_CONFIGMAP_LABEL
 from ..api.reasons import SchedulerReady
-from ..api.spec import BindingSpec
+from ..api.spec import DEFAULT_SCOPE_PATH, BindingSpec
 from ..api.status import SchedulerStatus
 from .conditions import Status
 from .scheduler_conf import (
@@ -74,13 +74,14 @@ def _data(cm: Mapping[str, Any]) -> Mapping[str, Any]:
     return d if isinstance(d, Mapping) else {}
 
 
-def _named_configmap(spec: BindingSpec, binding_namespace: str) -> tuple[str, str]:
-    """(name, key) of scheduler.conf as the spec gives them: a SchedulerConfigMap target's, as the
-    scheduler reads the same document; name "" when the spec names none (found by label then)."""
+def scheduler_conf_location(spec: BindingSpec, binding_namespace: str) -> tuple[str, str, str]:
+    """(ConfigMap name, key, path of the list) of the scheduler's own scheduler.conf as the spec gives
+    them: a SchedulerConfigMap target's, as the scheduler reads the same document; else SUNK's
+    defaults. Name "" when the spec names none (found by label then)."""
     target = locate(spec, binding_namespace)
     if target.kind == CONFIGMAP and target.key is not None:
-        return target.name, target.key
-    return "", SCHEDULER_CONF_KEY
+        return target.name, target.key, target.path
+    return "", SCHEDULER_CONF_KEY, DEFAULT_SCOPE_PATH
 
 
 def _scheduler_configmap(name: str, cms: Sequence[Mapping[str, Any]], d: Discovery) -> Mapping[str, Any] | None:
@@ -134,7 +135,7 @@ def discover(
 
     # SUNK 8: scheduler.conf
     conf = SchedulerConf()
-    cm_name, key = _named_configmap(spec, binding_namespace)
+    cm_name, key, _ = scheduler_conf_location(spec, binding_namespace)
     cm = _scheduler_configmap(cm_name, cms, d)
     if cm is not None:
         d.configmap_name = _meta(cm).get("name")
