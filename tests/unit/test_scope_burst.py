@@ -15,7 +15,7 @@ from sunk_sandbox_operator.core.ledger import Ledger
 
 from tests.unit.fakes import FakeKube, binding_body, harness_fixture, namespace  # noqa: F401 (fixture)
 from tests.unit.test_react import cm_event
-from tests.unit.test_scope_controller import listed, world
+from tests.unit.test_scope_controller import SignalLog, listed, world
 
 CONF = "scheduler:\n  scope:\n    type: namespace\n    namespaces:\n    - slurm\n"
 
@@ -164,3 +164,23 @@ def test_a_reparsed_equal_spec_keeps_its_matcher(harness) -> None:
     assert state.matcher is first                          # not admitted yet: signals use the admitted spec
     state.admit()
     assert state.matcher is not first and state.matcher("other-1", {})
+
+
+async def test_a_stuck_pod_in_a_listed_namespace_rereads_only_if_the_watch_saw_another_writer(harness) -> None:
+    """Pods churning in listed namespaces cost no sync while the target's watch has delivered nothing
+    but our write: another writer's change there wakes the binding by itself. Once the watch saw one
+    (or when there is no watch), the pod re-check syncs, as before."""
+    h = harness()
+    state = await synced(h)
+    assert "ds-known" in (state.scope.known_list or ())
+    log = state.scope.syncer = SignalLog()                 # what the pod signals ask for
+    pod = {"metadata": {"name": "p", "namespace": "ds-known"}, "spec": {"schedulerName": "slurm-scheduler"},
+           "status": {"phase": "Pending"}}
+    for _ in range(3):
+        scope.on_sandbox_pod(h.ctx, state, pod)
+        await h.clock.advance(scope.POD_RECHECK_SECONDS)
+    assert log.take() == [] and state.scope.recheck_handle is None
+    h.kube.edit("configmaps", "slurm", "cm", lambda cm: cm["metadata"].setdefault("labels", {}).update(x="y"))
+    echo(h)                                                # another writer, seen
+    scope.on_sandbox_pod(h.ctx, state, pod)
+    assert log.take() == [False]                           # a re-read, windowed

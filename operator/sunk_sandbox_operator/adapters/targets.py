@@ -144,6 +144,11 @@ class ParseMemo:
     written: dict | None = None     # the object our last write returned (ConfigMapTarget)
     ledger: Ledger | None = None    # ... and the ledger it carries
 
+    @property
+    def written_version(self) -> str | None:
+        """The resourceVersion of the object our last write returned (None: none kept)."""
+        return self.written["metadata"].get("resourceVersion") if self.written is not None else None
+
     def get(self, version: Version) -> Parsed | None:
         """What `version` parsed to, if it is the version held (one without a resourceVersion never is)."""
         return self.parsed if version[1] and self.version == version else None
@@ -216,8 +221,7 @@ class ConfigMapTarget:
         return TargetRead(scope_doc.read_parsed(doc, error, self.path), obj, _ledger(obj))
 
     def last_write(self) -> str | None:
-        written = self.memo.written
-        return written["metadata"].get("resourceVersion") if written is not None else None
+        return self.memo.written_version
 
     async def write(self, read: TargetRead, values: list[str] | None, ledger: Ledger) -> str | None:
         data, parsed, span = _edited_key(self, self.memo, read, values)

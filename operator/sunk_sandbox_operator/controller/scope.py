@@ -115,12 +115,20 @@ def on_sandbox_pod(ctx: Context, state: BindingState, body: dict) -> None:
     mem = memory(ctx, state)
     if mem.cluster or (mem.known_list is not None and namespace in mem.known_list):
         # Watched as far as we know; but someone may have reverted the target: re-read it, at
-        # most once per POD_RECHECK_SECONDS per binding (later ones are deferred, not lost).
-        _recheck(ctx, mem)
+        # most once per POD_RECHECK_SECONDS per binding (later ones are deferred, not lost),
+        # unless the target's watch has delivered nothing since our last write (another writer's
+        # change would have woken the binding: a re-read would find what we wrote).
+        if not _target_unchanged(ctx, mem):
+            _recheck(ctx, mem)
         return
     if info is None:
         mem.pod_signalled.add(namespace)
     mem.syncer.signal(urgent=True)
+
+
+def _target_unchanged(ctx: Context, mem: ScopeMemory) -> bool:
+    ref = mem.target_ref
+    return ref is not None and ctx.depends.unchanged_since(ref.writes, mem.parsed.written_version)
 
 
 def _recheck(ctx: Context, mem: ScopeMemory) -> None:
