@@ -96,6 +96,8 @@ def test_operator_logs_are_json_lines(operator):
     ("escalate", "clusterroles", "", "no"),
     ("bind", "clusterroles/cluster-admin", "", "no"),
     ("bind", "clusterroles/sunk-scheduler-sandbox", "", "yes"),
+    ("get", "clusterroles/sunk-scheduler-sandbox", "", "yes"),
+    ("get", "clusterroles/cluster-admin", "", "no"),
     ("patch", "sunksandboxbindings.sunksandbox.dev/status", NS, "yes"),
     ("list", "namespaces", "", "yes"),
     # Writes to the scheduler's objects and scope targets: only where a RoleBinding grants them

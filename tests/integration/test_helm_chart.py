@@ -156,7 +156,7 @@ def test_tenancy_and_leader_election_values_reach_the_operator_environment():
     assert {"--log-format=plain", "--verbose"} <= set(container(docs)["args"])
     assert container(docs)["image"].endswith(":dev")
     (role,) = [d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "sunk-sandbox-operator"]
-    (bind,) = [r for r in role["rules"] if r["verbs"] == ["bind"]]
+    (bind,) = [r for r in role["rules"] if r["verbs"] == ["bind", "get"]]
     assert bind["resourceNames"] == ["sunk-scheduler-sandbox", "my-scheduler-role"]
 
 

@@ -158,7 +158,7 @@ def merge_patch(target: Any, patch: Any) -> Any:
 
 
 KINDS = ("namespaces", "pods", "configmaps", "secrets", "deployments", "statefulsets", "applications", "rolebindings", "bindings",
-         "events", "leases", "helmreleases", "nodes")
+         "events", "leases", "helmreleases", "nodes", "clusterroles")
 
 
 class FakeKube:
@@ -328,6 +328,10 @@ class FakeKube:
     async def list_rolebindings(self, label_selector: str) -> list[dict]:
         self._enter("list_rolebindings", label_selector)
         return self._items("rolebindings", None, label_selector)
+
+    async def get_clusterrole(self, name: str) -> dict:
+        self._enter("get_clusterrole", name)
+        return copy.deepcopy(self._find("clusterroles", "", name))
 
     # ------------------------------------------------------------ writes
 

@@ -470,6 +470,28 @@ async def test_grants_follow_the_list(harness) -> None:
     assert h.kube.count("list_rolebindings") == 1            # the signalled sync trusted what it knew
 
 
+@pytest.mark.parametrize("rules, reviewed", [
+    ([{"apiGroups": [""], "resources": ["pods"], "verbs": ["watch"]},
+      {"apiGroups": [""], "resources": ["pods/binding"], "verbs": ["create"]}], []),
+    ([{"apiGroups": [""], "resources": ["pods"], "verbs": ["watch"]}], ["ds-a", "ds-b"]),  # no pods/binding
+    (None, ["ds-a", "ds-b"]),                                                               # no such ClusterRole
+])
+async def test_where_our_grant_of_a_covering_role_stands_no_review_is_asked(harness, rules, reviewed) -> None:
+    """The scheduler is denied cluster-wide. When the granted ClusterRole covers watch pods and create
+    pods/binding, one role read replaces the per-namespace reviews and ScopeSynced is True; a role
+    that does not cover them, or cannot be read, leaves the reviews to decide, as before."""
+    h = harness(scope_window_seconds=0.0)
+    h.kube.access = lambda sa, verb, resource, ns: False
+    if rules is not None:
+        h.kube.add("clusterroles", {"metadata": {"name": "sunk-scheduler"}, "rules": rules})
+    state = world(h, namespaces=("slurm", "ds-a", "ds-b"), scope={"grantClusterRole": "sunk-scheduler"})
+    part = await scope.sync(h.ctx, state)
+    assert sorted(_rolebindings(h)) == ["ds-a", "ds-b"] and h.kube.count("get_clusterrole") == 1
+    asked = [c[1] for c in h.kube.calls if c[0] == "service_account_may"]
+    assert asked == [""] + reviewed  # the cluster-wide review first (its first question answers no)
+    assert part.reason == ("SchedulerNotPermitted" if reviewed else "Synced")
+
+
 async def test_a_periodic_sync_replaces_a_stale_grant_and_removes_strays(harness) -> None:
     h = harness()
     state = world(h, namespaces=("slurm", "ds-a"), scope={"grantClusterRole": "sunk-scheduler"})

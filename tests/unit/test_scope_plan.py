@@ -18,6 +18,7 @@ from sunk_sandbox_operator.core import roll_pacing as pacing
 from sunk_sandbox_operator.core import scope as sc
 from sunk_sandbox_operator.core import scope_outcome as so
 from sunk_sandbox_operator.core import scope_plan as sp
+from sunk_sandbox_operator.core import scope_rbac as rbac
 from sunk_sandbox_operator.core.ledger import Entry, Ledger
 
 SEL = LabelSelector(match_labels={"app": "sched"})
@@ -57,7 +58,7 @@ def obs(values=("slurm",), sandbox=("ds-a",), *, added=(), preexisting=("slurm",
 
 def mem(**kw) -> sp.SyncMemory:
     """A binding past its first syncs: the grants listed (none), the scheduler allowed everywhere."""
-    return sp.SyncMemory(**{"grants": frozenset(), "permits": sp.Permits(sa=("slurm", "sa"), cluster=True), **kw})
+    return sp.SyncMemory(**{"grants": frozenset(), "permits": rbac.Permits(sa=("slurm", "sa"), cluster=True), **kw})
 
 
 def act(o: sp.SyncObservation, m: sp.SyncMemory, now: float = NOW, **done) -> tuple[sp.SyncPlan, so.Outcome]:
@@ -404,34 +405,34 @@ def rbac_obs(**kw) -> sp.SyncObservation:
 
 
 @pytest.mark.parametrize("case, o, permits, now, cluster, asked", [
-    ("never asked: the cluster-wide review first", rbac_obs(), sp.Permits(), NOW, True, LIVE),
-    ("allowed everywhere: nothing to ask", rbac_obs(), sp.Permits(SA, True), NOW, False, ()),
-    ("... until a resync asks again", rbac_obs(periodic=True), sp.Permits(SA, True), NOW, True, LIVE),
+    ("never asked: the cluster-wide review first", rbac_obs(), rbac.Permits(), NOW, True, LIVE),
+    ("allowed everywhere: nothing to ask", rbac_obs(), rbac.Permits(SA, True), NOW, False, ()),
+    ("... until a resync asks again", rbac_obs(periodic=True), rbac.Permits(SA, True), NOW, True, LIVE),
     ("a confirmed namespace is not asked again, a denied one not inside the recheck",
-     rbac_obs(), sp.Permits(SA, False, frozenset({"ds-a"}), frozenset({"ds-b"}), NOW - 1), NOW, False, ("ds-c",)),
+     rbac_obs(), rbac.Permits(SA, False, frozenset({"ds-a"}), frozenset({"ds-b"}), NOW - 1), NOW, False, ("ds-c",)),
     ("a denied one is asked again after DENIED_RECHECK_SECONDS",
-     rbac_obs(), sp.Permits(SA, False, frozenset({"ds-a"}), frozenset({"ds-b"}), NOW - sp.DENIED_RECHECK_SECONDS),
+     rbac_obs(), rbac.Permits(SA, False, frozenset({"ds-a"}), frozenset({"ds-b"}), NOW - rbac.DENIED_RECHECK_SECONDS),
      NOW, False, ("ds-b", "ds-c")),
     ("... or at a resync (cluster-wide first)",
-     rbac_obs(periodic=True), sp.Permits(SA, False, frozenset({"ds-a"}), frozenset({"ds-b"}), NOW - 1), NOW, True,
+     rbac_obs(periodic=True), rbac.Permits(SA, False, frozenset({"ds-a"}), frozenset({"ds-b"}), NOW - 1), NOW, True,
      ("ds-b", "ds-c")),
-    ("another ServiceAccount starts afresh", rbac_obs(), sp.Permits(("slurm", "old"), True, frozenset(LIVE)), NOW, True,
+    ("another ServiceAccount starts afresh", rbac_obs(), rbac.Permits(("slurm", "old"), True, frozenset(LIVE)), NOW, True,
      LIVE),
-    ("no ServiceAccount known: nothing to check", rbac_obs(service_account=("slurm", "")), sp.Permits(), NOW, False, ()),
+    ("no ServiceAccount known: nothing to check", rbac_obs(service_account=("slurm", "")), rbac.Permits(), NOW, False, ()),
 ])
 def test_the_review_cadence(case, o, permits, now, cluster, asked) -> None:
     reviews = sp.decide_sync(o, mem(permits=permits), now).reviews
     assert reviews.cluster == cluster, case
     if cluster:  # the namespaces only when the cluster-wide review denies (not when it allows, or no answer came)
-        assert (sp.second_round(reviews, False), sp.second_round(reviews, True), sp.second_round(reviews, None)) == \
+        assert (rbac.second_round(reviews, False), rbac.second_round(reviews, True), rbac.second_round(reviews, None)) == \
             (asked, (), ()), case
     else:        # the remembered answer decides
-        assert sp.second_round(reviews, None) == asked, case
+        assert rbac.second_round(reviews, None) == asked, case
 
 
 def test_review_answers_are_kept_and_the_denied_reported() -> None:
     o = rbac_obs()
-    plan = sp.decide_sync(o, mem(permits=sp.Permits()), NOW)
+    plan = sp.decide_sync(o, mem(permits=rbac.Permits()), NOW)
     answers = so.Answers(cluster=False, namespaces={"ds-a": True, "ds-b": False, "ds-c": None})
     out = so.outcome(o, plan, so.Done(answers=answers), prev=None, now=WALL)
     p = out.memory.permits
@@ -440,9 +441,9 @@ def test_review_answers_are_kept_and_the_denied_reported() -> None:
     assert "slurm/sa may not watch pods or create pods/binding in 1 of the binding's listed namespace(s): ds-b" \
         in out.report.message
     everywhere = so.outcome(o, plan, so.Done(answers=so.Answers(cluster=True)), prev=None, now=WALL)
-    assert everywhere.memory.permits == sp.Permits(SA, True) and everywhere.report.reason == "Synced"
+    assert everywhere.memory.permits == rbac.Permits(SA, True) and everywhere.report.reason == "Synced"
     unknown = so.outcome(o, plan, so.Done(answers=so.Answers()), prev=None, now=WALL)  # no answer: asked again next time
-    assert unknown.memory.permits == sp.Permits(SA) and unknown.report.reason == "Synced"
+    assert unknown.memory.permits == rbac.Permits(SA) and unknown.report.reason == "Synced"
     refused = so.outcome(o, plan, so.Done(answers=so.Answers(cluster_forbidden="no SAR")), prev=None, now=WALL)
     assert refused.report.reason == "Forbidden" and "may not create SubjectAccessReviews to check the scheduler's " \
         "RBAC: no SAR" in refused.report.message
@@ -450,7 +451,7 @@ def test_review_answers_are_kept_and_the_denied_reported() -> None:
 
 def test_the_namespaces_the_binding_may_not_grant_in_are_not_checked() -> None:
     o = rbac_obs(grantable=frozenset({"ds-a"}), live=frozenset({"ds-a"}))
-    assert sp.decide_sync(o, mem(permits=sp.Permits()), NOW).reviews.namespaces == ("ds-a",)
+    assert sp.decide_sync(o, mem(permits=rbac.Permits()), NOW).reviews.namespaces == ("ds-a",)
 
 
 # ---------------------------------------------------------------- the problem chain
@@ -458,19 +459,19 @@ def test_the_namespaces_the_binding_may_not_grant_in_are_not_checked() -> None:
 
 def test_the_first_problem_of_the_chain_is_reported_roll_then_grants_then_rbac() -> None:
     o = obs(sandbox=LIVE, grantable=frozenset(LIVE), live=frozenset(LIVE), grant_role="sched-role", found=())
-    plan = sp.decide_sync(o, mem(grants=None, permits=sp.Permits()), NOW)
+    plan = sp.decide_sync(o, mem(grants=None, permits=rbac.Permits()), NOW)
     assert plan.roll.patch is not None and plan.grants is not None and plan.reviews.cluster
     roll = dict(roll_forbidden="no patch")
     grants = dict(created=(so.GrantResult("ds-a", "403", forbidden=True),))
-    rbac = dict(answers=so.Answers(cluster=False, namespaces={"ds-a": False}))
+    denied = dict(answers=so.Answers(cluster=False, namespaces={"ds-a": False}))
 
     def reported(**done) -> str:
         r = so.outcome(o, plan, so.Done(**done), prev=None, now=WALL).report
         return r.reason + ": " + r.message
 
-    assert "may not patch Deployment" in reported(**roll, **grants, **rbac)
-    assert "RoleBindings for the scheduler's ServiceAccount" in reported(**grants, **rbac)
-    assert reported(**rbac).startswith("SchedulerNotPermitted: ")
+    assert "may not patch Deployment" in reported(**roll, **grants, **denied)
+    assert "RoleBindings for the scheduler's ServiceAccount" in reported(**grants, **denied)
+    assert reported(**denied).startswith("SchedulerNotPermitted: ")
     assert reported(rolled_at=(NOW, WALL), answers=so.Answers(cluster=True)).startswith("Synced: ")
     assert [c.__name__ for c in so.CHAIN] == ["_roll_check", "_grants_check", "_rbac_check"]
 

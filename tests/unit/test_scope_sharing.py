@@ -6,7 +6,7 @@ from __future__ import annotations
 from sunk_sandbox_operator.api.keys import SCOPE_HASH_ANNOTATION
 from sunk_sandbox_operator.api.spec import LabelSelector
 from sunk_sandbox_operator.controller import scope, watch
-from sunk_sandbox_operator.core.scope_plan import DENIED_RECHECK_SECONDS
+from sunk_sandbox_operator.core.scope_rbac import DENIED_RECHECK_SECONDS
 from sunk_sandbox_operator.core import conflicts
 from sunk_sandbox_operator.core import scope as sc
 

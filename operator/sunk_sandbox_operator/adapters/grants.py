@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Awaitable
 
+from ..core.scope_rbac import SCHEDULER_NEEDS
 from . import kube as k
 
 CONCURRENCY = 16
@@ -20,8 +21,6 @@ async def _bounded(coros: list[Awaitable[Any]]) -> list[Any]:
     return await asyncio.gather(*(one(c) for c in coros), return_exceptions=True)
 
 
-# What a secondary scheduler needs in a namespace it watches (kube-scheduler's role is the model).
-SCHEDULER_NEEDS = (("watch", "pods", ""), ("create", "pods", "binding"))
 
 
 async def scheduler_permitted(kube: k.KubeAPI, sa: tuple[str, str], namespaces: list[str]) -> list[bool | Exception]:

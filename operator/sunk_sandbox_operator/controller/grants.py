@@ -13,6 +13,7 @@ from ..adapters import kube as k
 from ..core import grants as g
 from ..core import scope_outcome as so
 from ..core import scope_plan as sp
+from ..core import scope_rbac as rbac
 from .context import Context
 from .state import BindingState, ScopeMemory
 
@@ -42,6 +43,16 @@ async def ours(ctx: Context, state: BindingState) -> tuple[tuple[g.Grant, ...] |
         return None, str(exc)
 
 
+async def role_covers(ctx: Context, role: str) -> bool:
+    """Whether the ClusterRole granted covers what the scheduler needs (`core.scope_rbac.role_covers`):
+    then our RoleBinding permits it where it exists, with no review. Unreadable (not found, not
+    allowed, an error): False, and the reviews decide as without it."""
+    try:
+        return rbac.role_covers((await ctx.kube.get_clusterrole(role)).get("rules"))
+    except k.KubeError:
+        return False
+
+
 async def apply(ctx: Context, state: BindingState, plan: sp.SyncPlan,
                 role: str) -> tuple[tuple[so.GrantResult, ...], tuple[so.GrantResult, ...]]:
     """Delete, then create, what the plan says: (deleted, created), one result each."""
@@ -63,9 +74,9 @@ async def apply(ctx: Context, state: BindingState, plan: sp.SyncPlan,
     return deleted, tuple(created)
 
 
-async def review(ctx: Context, reviews: sp.Reviews) -> so.Answers:
+async def review(ctx: Context, reviews: rbac.Reviews) -> so.Answers:
     """The SubjectAccessReviews the plan asks: the cluster-wide one first, then the namespaces its
-    answer leaves (core.scope_plan.second_round)."""
+    answer leaves (core.scope_rbac.second_round)."""
     if reviews.sa is None:
         return so.Answers()
     cluster: bool | None = None
@@ -76,7 +87,7 @@ async def review(ctx: Context, reviews: sp.Reviews) -> so.Answers:
             forbidden = str(everywhere)
         elif isinstance(everywhere, bool):
             cluster = everywhere  # another error: unknown this time, asked again at the next sync
-    todo = sp.second_round(reviews, cluster)
+    todo = rbac.second_round(reviews, cluster)
     answers = await io.scheduler_permitted(ctx.kube, reviews.sa, list(todo)) if todo else []
     return so.Answers(cluster, forbidden, {ns: a if isinstance(a, bool) else None for ns, a in zip(todo, answers)})
 

@@ -21,7 +21,8 @@ from ..core.placement import PlacementTracker
 from ..core.slurm_jobs import JobTracker
 from ..core.scheduler import Discovery
 from ..core.scope import Matcher, compile_matcher
-from ..core.scope_plan import Permits, SyncMemory
+from ..core.scope_plan import SyncMemory
+from ..core.scope_rbac import Permits
 from ..core.target_ref import TargetRef
 from ..core.selectors import ParsedSelector
 

@@ -16,7 +16,8 @@ from ..api.reasons import ScopeSynced
 from . import grants as g
 from . import scope as sc
 from . import scope_plan as sp
-from .scope_plan import Finding, Permits, Reviews, SyncMemory, SyncObservation, SyncPlan
+from .scope_plan import Finding, SyncMemory, SyncObservation, SyncPlan
+from .scope_rbac import Permits, everywhere, permits_after
 
 
 # ---------------------------------------------------------------- after acting
@@ -92,7 +93,7 @@ def _rbac_check(r: Result) -> Finding | None:
     if answers.cluster_forbidden is not None:
         return ScopeSynced.FORBIDDEN, ("the operator may not create SubjectAccessReviews to check the scheduler's "
                                        f"RBAC: {answers.cluster_forbidden}")
-    if sp.everywhere(reviews, answers.cluster) is not False:
+    if everywhere(reviews, answers.cluster) is not False:
         return None  # allowed everywhere, nothing to check, or unknown this time
     denied = [ns for ns in reviews.live if ns in r.permits.denied]
     sa = reviews.sa
@@ -115,23 +116,6 @@ def first_problem(r: Result, chain: tuple[Check, ...] = CHAIN) -> Finding | None
         if problem is not None:
             return problem
     return None
-
-
-def _permits_after(reviews: Reviews, answers: Answers) -> Permits:
-    everywhere = sp.everywhere(reviews, answers.cluster)
-    if everywhere is None:
-        return reviews.before  # nothing to check, or unknown this time: asked again at the next sync
-    if everywhere:
-        return replace(reviews.before, cluster=True)
-    permitted, denied = set(reviews.after.permitted), set(reviews.after.denied)
-    for ns in reviews.namespaces:
-        allowed = answers.namespaces.get(ns)
-        if allowed is True:
-            permitted.add(ns)
-            denied.discard(ns)
-        elif allowed is False:
-            denied.add(ns)
-    return replace(reviews.after, cluster=False, permitted=frozenset(permitted), denied=frozenset(denied))
 
 
 def _grants_after(plan: SyncPlan, done: Done) -> frozenset[str] | None:
@@ -163,8 +147,10 @@ class Outcome:
 
 def outcome(obs: SyncObservation, plan: SyncPlan, done: Done, *, prev: dict[str, Any] | None, now: str) -> Outcome:
     """The memory the acts leave and ScopeSynced: the chain's first problem, else the list's state."""
-    permits = _permits_after(plan.reviews, done.answers)
-    m = replace(plan.memory, permits=permits, grants=_grants_after(plan, done))
+    granted = _grants_after(plan, done)
+    a = done.answers
+    permits = permits_after(plan.reviews, a.cluster, a.namespaces, granted)
+    m = replace(plan.memory, permits=permits, grants=granted)
     if plan.roll.patch is not None and done.roll_forbidden is None:  # made, or the workload is gone
         m = replace(m, roll_due=False, next_roll_at=None)
         if done.rolled_at is not None:

@@ -37,8 +37,7 @@ from . import managers
 from . import roll_pacing as pacing
 from . import scope as sc
 from .ledger import Entry, Ledger
-
-DENIED_RECHECK_SECONDS = 5.0  # how soon a grant to a denied namespace is seen while syncs keep coming
+from .scope_rbac import Permits, Reviews, plan_reviews
 
 Finding = tuple[ScopeSynced, str]  # a problem ScopeSynced reports: (reason, message)
 
@@ -93,18 +92,8 @@ class SyncObservation:
     grantable: frozenset[str] = frozenset()  # namespaces this binding may grant in (core.grants.grantable)
     live: frozenset[str] = frozenset()     # ... of those, the ones that exist and are not terminating
     found: tuple[g.Grant, ...] | None = None  # our RoleBindings, when refreshing (else None: memory says)
+    role_covers: bool = False              # grant_role's rules cover the scheduler's needs (core.scope_rbac)
     found_forbidden: str | None = None
-
-
-@dataclass(frozen=True)
-class Permits:
-    """What the SubjectAccessReviews said about the scheduler's ServiceAccount `sa`."""
-
-    sa: tuple[str, str] | None = None
-    cluster: bool | None = None            # everywhere (one cluster-wide review); None: not asked yet
-    permitted: frozenset[str] = frozenset()  # listed namespaces where it may watch and bind pods
-    denied: frozenset[str] = frozenset()   # ... where it may not
-    denied_asked: float = float("-inf")    # when the denied ones were last asked again (monotonic)
 
 
 @dataclass(frozen=True)
@@ -158,20 +147,6 @@ class RollPlan:
     wait: float | None = None              # fold: one roll in `wait` seconds
     note: str | None = None                # for the condition message
     problem: Finding | None = None         # the workloads could not be listed
-
-
-@dataclass(frozen=True)
-class Reviews:
-    """SubjectAccessReviews in two rounds: the cluster-wide one first (`cluster`), then `namespaces`
-    when it (or the remembered answer) denies. `before`: the answers still valid; `after`: those
-    pruned to what is listed, which the namespace round starts from."""
-
-    sa: tuple[str, str] | None = None      # None: no ServiceAccount to check
-    cluster: bool = False
-    namespaces: tuple[str, ...] = ()
-    live: tuple[str, ...] = ()             # the listed namespaces the binding matches that exist
-    before: Permits = field(default_factory=Permits)
-    after: Permits = field(default_factory=Permits)
 
 
 @dataclass(frozen=True)
@@ -366,26 +341,16 @@ def _grants(obs: SyncObservation, m: SyncMemory,
     return plan, tuple(body(ns) for ns in plan.to_create), None, replace(m, grants=frozenset(plan.have))
 
 
-def _reviews(obs: SyncObservation, m: SyncMemory, mine: list[str], now: float) -> Reviews:
-    """May the scheduler's ServiceAccount watch pods and bind them in every listed namespace the
-    binding matches (where its sandboxes are; what else the list holds is not this binding's to check)?
-    One cluster-wide review first (at a resync, or when not answered yet); else one per namespace not
-    answered: a confirmed one is not asked again while it stays listed, a denied one at a resync or
-    at most every DENIED_RECHECK_SECONDS (not at every sync of a burst: that would ask about every
-    denied namespace once per write; the retry with backoff brings a sync when nothing else does)."""
-    sa = obs.service_account
-    if not sa[1]:
-        return Reviews(before=m.permits, after=m.permits)
-    p = m.permits if m.permits.sa == sa else Permits(sa=sa, denied_asked=m.permits.denied_asked)
-    ask = obs.periodic or p.cluster is None
-    if not ask and p.cluster:
-        return Reviews(sa=sa, before=p, after=p)
-    again = obs.periodic or now >= p.denied_asked + DENIED_RECHECK_SECONDS
+def _reviews(obs: SyncObservation, m: SyncMemory, mine: list[str], grants: g.GrantPlan | None,
+             now: float) -> Reviews:
+    """`core.scope_rbac.plan_reviews`; with a ClusterRole that covers the scheduler's needs, the
+    namespaces holding (or about to hold) our RoleBinding are covered by it."""
     live = tuple(ns for ns in mine if ns in obs.live)
-    after = replace(p, permitted=p.permitted & frozenset(mine), denied=p.denied & frozenset(live),
-                    denied_asked=now if again else p.denied_asked)
-    todo = tuple(ns for ns in live if ns not in after.permitted and (again or ns not in after.denied))
-    return Reviews(sa=sa, cluster=ask, namespaces=todo, live=live, before=p, after=after)
+    covered: frozenset[str] = frozenset()
+    if grants is not None and obs.role_covers:
+        covered = frozenset(m.grants or ()) | frozenset(grants.to_create)
+    return plan_reviews(obs.service_account, m.permits, periodic=obs.periodic, mine=mine, live=live, covered=covered,
+                        now=now)
 
 
 def decide_sync(obs: SyncObservation, mem: SyncMemory, now: float) -> SyncPlan:
@@ -400,19 +365,6 @@ def decide_sync(obs: SyncObservation, mem: SyncMemory, now: float) -> SyncPlan:
     mine = [ns for ns in d.final if ns in obs.grantable]  # the listed namespaces the binding may grant in
     roll, m, wake = _roll(obs, m, now, d.final, write.generation)
     grants, create, grants_problem, m = _grants(obs, m, mine)
-    reviews = _reviews(obs, m, mine, now)
+    reviews = _reviews(obs, m, mine, grants, now)
     return SyncPlan(d, write, replace(m, permits=reviews.before), written.manager, roll, grants, create,
                     grants_problem, reviews, wake)
-
-
-def everywhere(reviews: Reviews, cluster: bool | None) -> bool | None:
-    """The cluster-wide answer in effect: asked now (`cluster`; None: no answer came) or remembered."""
-    if reviews.sa is None:
-        return None
-    return cluster if reviews.cluster else reviews.before.cluster
-
-
-def second_round(reviews: Reviews, cluster: bool | None) -> tuple[str, ...]:
-    """The per-namespace reviews to ask, given the cluster-wide answer (None: not asked, or none
-    came): none when it allows everywhere or could not say."""
-    return reviews.namespaces if everywhere(reviews, cluster) is False else ()
