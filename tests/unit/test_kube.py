@@ -244,3 +244,33 @@ async def test_reads_and_the_lease_are_not_gated(kube, http) -> None:
         ("GET", "/api/v1/namespaces/ns/configmaps"),
         ("GET", "/apis/coordination.k8s.io/v1/namespaces/ns/leases/l"),
         ("PUT", "/apis/coordination.k8s.io/v1/namespaces/ns/leases/l")]
+
+
+async def test_gather_bounded_keeps_order_returns_errors_and_holds_only_limit_calls() -> None:
+    import asyncio
+
+    from sunk_sandbox_operator.adapters.bounded import gather_bounded
+
+    alive, most, made = 0, 0, 0
+
+    async def call(i: int) -> int:
+        nonlocal alive, most
+        assert made <= i + 4  # made only as a worker frees up: never all 40 up front
+        alive += 1
+        most = max(most, alive)
+        await asyncio.sleep(0.001 * (i % 3))
+        alive -= 1
+        if i == 5:
+            raise ValueError("five")
+        return i
+
+    def calls():
+        nonlocal made
+        for i in range(40):
+            made += 1
+            yield call(i)
+
+    out = await gather_bounded(calls(), 4)
+    assert [x if not isinstance(x, ValueError) else "err" for x in out] == [*range(5), "err", *range(6, 40)]
+    assert most == 4 and made == 40
+    assert await gather_bounded(iter(()), 4) == []

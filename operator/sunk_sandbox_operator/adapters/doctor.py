@@ -11,7 +11,6 @@ appears in any message. Everything the checks decide is in core/doctor.py; nothi
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -27,6 +26,7 @@ from ..core import scope_doc, selectors, slurm, tenancy
 from ..core.pods import decode_pod
 from ..core.scheduler import Discovery, discover, scheduler_conf_location
 from . import grants, kube as k
+from .bounded import gather_bounded
 from . import slurmrest as sr
 from .quantity import parse_quantity
 from .runnerapi import client as rc
@@ -60,15 +60,6 @@ def runner_client(url: str, token: Callable[[], Awaitable[str]]) -> rc.RunnerCli
 
 def slurm_client(url: str, api_version: str) -> sr.SlurmClient:
     return sr.SlurmClient(url, api_version, timeout=10.0)
-
-
-async def _bounded(calls: list[Awaitable[Any]]) -> list[Any]:
-    sem = asyncio.Semaphore(CONCURRENCY)
-
-    async def one(c: Awaitable[Any]) -> Any:
-        async with sem:
-            return await c
-    return await asyncio.gather(*(one(c) for c in calls), return_exceptions=True)
 
 
 def _denied(what: str, exc: Exception) -> str:
@@ -198,7 +189,7 @@ async def _nodes(kube: k.KubeAPI, t: Target) -> tuple[tuple[room.NodeRoom, ...],
     if t.nodesets:
         pods = [p for p in pods if room.nodeset_of(p) in t.nodesets]
     nodes = sorted({room.node_of(p) for p in pods} - {""})
-    found = await _bounded([_node_room(kube, n) for n in nodes])
+    found = await gather_bounded((_node_room(kube, n) for n in nodes), CONCURRENCY)
     rooms = [r for r in found if isinstance(r, room.NodeRoom)]
     failed = next((r for r in found if isinstance(r, Exception)), None)
     return tuple(rooms), len(pods), str(failed) if failed is not None else None

@@ -2,23 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
-from typing import Any, Awaitable
-
 from ..core.scope_rbac import SCHEDULER_NEEDS
 from . import kube as k
+from .bounded import gather_bounded
 
 CONCURRENCY = 16
-
-
-async def _bounded(coros: list[Awaitable[Any]]) -> list[Any]:
-    sem = asyncio.Semaphore(CONCURRENCY)
-
-    async def one(c: Awaitable[Any]) -> Any:
-        async with sem:
-            return await c
-
-    return await asyncio.gather(*(one(c) for c in coros), return_exceptions=True)
 
 
 
@@ -30,7 +18,7 @@ async def scheduler_permitted(kube: k.KubeAPI, sa: tuple[str, str], namespaces: 
             if not await kube.service_account_may(sa[0], sa[1], verb, resource, ns, sub):
                 return False
         return True
-    return await _bounded([one(ns) for ns in namespaces])
+    return await gather_bounded((one(ns) for ns in namespaces), CONCURRENCY)
 
 
 async def list_ours(kube: k.KubeAPI, selector: str) -> list[dict]:
@@ -40,12 +28,13 @@ async def list_ours(kube: k.KubeAPI, selector: str) -> list[dict]:
 async def delete(kube: k.KubeAPI, items: list[tuple[str, str, str | None]]) -> list[Exception | None]:
     """(namespace, name, uid): with a uid, only that object goes (a replacement under the same name
     is not ours: its 409 counts as done)."""
-    results = await _bounded([kube.delete_rolebinding(ns, name, uid) for ns, name, uid in items])
+    results = await gather_bounded((kube.delete_rolebinding(ns, name, uid) for ns, name, uid in items), CONCURRENCY)
     return [r if isinstance(r, Exception) and not isinstance(r, k.Conflict) else None for r in results]
 
 
 async def create(kube: k.KubeAPI, bodies: list[dict]) -> list[Exception | None]:
     """One result per body: None when created, else the error (409: the name is taken by an object
     that is not ours, or we would have listed it)."""
-    results = await _bounded([kube.create_rolebinding(b["metadata"]["namespace"], b) for b in bodies])
+    results = await gather_bounded((kube.create_rolebinding(b["metadata"]["namespace"], b) for b in bodies),
+                                   CONCURRENCY)
     return [r if isinstance(r, Exception) else None for r in results]
