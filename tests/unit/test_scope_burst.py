@@ -184,3 +184,23 @@ async def test_a_stuck_pod_in_a_listed_namespace_rereads_only_if_the_watch_saw_a
     echo(h)                                                # another writer, seen
     scope.on_sandbox_pod(h.ctx, state, pod)
     assert log.take() == [False]                           # a re-read, windowed
+
+
+async def test_a_burst_creates_its_rolebindings_after_its_last_write(harness) -> None:
+    """A namespace arriving during a write makes a burst: the write in flight grants nothing, the
+    next (the last) lists it and grants both, so no RoleBinding create holds up a list write."""
+    h = harness()
+    state = world(h, CONF, scope={"grantClusterRole": "sunk-scheduler"})
+    watching(h)
+    await scope.sync(h.ctx, state)
+    echo(h)
+    h.kube.before("replace_configmap", lambda: watch.on_namespace(h.ctx, "ADDED", namespace("ds-2")))
+    await burst_of(h, "ds-1")
+    assert "ds-1" in listed(h) and "ds-2" in listed(h)
+    names = [c[0] for c in h.kube.calls]
+    writes = [i for i, n in enumerate(names) if n == "replace_configmap"]
+    creates = [h.kube.calls[i][1] for i, n in enumerate(names) if n == "create_rolebinding"]
+    assert creates == ["ds-known", "ds-1", "ds-2"] and len(writes) == 3     # the first sync's, then two
+    first_create_of_burst = min(i for i, n in enumerate(names) if n == "create_rolebinding" and
+                                h.kube.calls[i][1] in ("ds-1", "ds-2"))
+    assert first_create_of_burst > writes[-1]                               # after the burst's last write

@@ -369,6 +369,31 @@ def test_our_rolebindings_are_listed_only_when_refreshing() -> None:
     assert not sp.late_needs(obs(**role), mem(), NOW).rolebindings                 # a signalled sync: memory
 
 
+def test_a_burst_grants_once_at_its_last_write_or_after_the_fold_limit() -> None:
+    """While a burst goes on nothing is granted or asked (the list writes are what it waits for);
+    its last write grants every namespace it listed; a burst longer than GRANT_FOLD_SECONDS grants
+    then anyway. A resync never defers."""
+    o = obs(values=("ds-a", "ds-b", "slurm"), sandbox=("ds-a", "ds-b"), added=("ds-a", "ds-b"), grant_role="sched-role",
+            burst_goes_on=True)
+    m = mem(grants=frozenset(), permits=rbac.Permits(SA, False, denied=frozenset({"ds-b"})))
+    folded = sp.decide_sync(o, m, NOW)
+    needs = sp.late_needs(o, m, NOW)
+    assert folded.grants is None and folded.create == () and not (needs.rolebindings or needs.namespaces)
+    assert not folded.reviews.cluster and rbac.second_round(folded.reviews, False) == ()  # nothing asked
+    assert folded.memory.grants_owed_since == NOW
+    out = so.outcome(o, folded, so.Done(), prev=None, now=WALL)
+    assert out.report.reason == "SchedulerNotPermitted" and "ds-b" in out.report.message  # memory's verdict kept
+    later = sp.decide_sync(o, replace(m, grants_owed_since=NOW), NOW + 1)
+    assert later.grants is None and later.memory.grants_owed_since == NOW                 # the first deferral counts
+    due = sp.decide_sync(o, replace(m, grants_owed_since=NOW), NOW + sp.GRANT_FOLD_SECONDS)
+    assert due.grants is not None and due.grants.to_create == ["ds-a", "ds-b"] and due.memory.grants_owed_since is None
+    last = sp.decide_sync(replace(o, burst_goes_on=False), replace(m, grants_owed_since=NOW), NOW + 1)
+    assert last.grants is not None and last.grants.to_create == ["ds-a", "ds-b"]
+    assert sp.decide_sync(replace(o, periodic=True, found=()), m, NOW).grants is not None
+    plain = obs(values=("ds-a", "slurm"), added=("ds-a",), burst_goes_on=True)  # no grant role: nothing to fold
+    assert sp.decide_sync(plain, mem(), NOW).memory.grants_owed_since is None
+
+
 def test_grant_outcomes() -> None:
     o = obs(values=("ds-a", "ds-b", "slurm"), sandbox=("ds-a", "ds-b"), grant_role="sched-role", found=())
     plan = sp.decide_sync(o, mem(grants=None), NOW)

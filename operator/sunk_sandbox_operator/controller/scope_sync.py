@@ -1,4 +1,4 @@
-"""One scope sync, the executor of `core.scope_plan`: gather → decide → write → roll, grant, ask → report.
+"""One scope sync, the executor of `core.scope_plan`: gather → decide → write → grant, roll, ask → report.
 
 1. gather the target's list and the namespaces that belong (and the scheduler's workloads when the
    revert rule asks); `decide_write`: the list and the ledger in one request, with the read's
@@ -7,8 +7,10 @@
 2. keep the memory the list leaves (`after_write`) and say what changed (events, log, metrics);
 3. gather what `late_needs` asks (a burst going on, the workloads, our RoleBindings, the grantable
    namespaces); `decide_sync`: the roll, the grants, the reviews, the wake;
-4. patch, delete and create, ask; `outcome`: the memory and ScopeSynced (the chain's first problem:
-   roll → grants → the scheduler's RBAC, else the list's state). Nothing is decided here.
+4. delete and create RoleBindings, then patch (the rolled scheduler finds its RBAC), ask; `outcome`:
+   the memory and ScopeSynced (the chain's first problem: roll → grants → the scheduler's RBAC, else
+   the list's state). Nothing is decided here. Which comes first: the list (what a burst waits for),
+   then the grants (deferred to a burst's last write, `core.scope_plan`), then the roll.
 """
 
 from __future__ import annotations
@@ -129,12 +131,14 @@ async def _sync_inner(ctx: Context, state: BindingState, mem: ScopeMemory, perio
     plan = sp.decide_sync(obs, mem.kept(), now)
     if plan.wake is not None:
         _roll_later(ctx, mem, plan.wake)  # folded: one roll at the interval's end carries every change
+    # The grants before the roll: the restarted scheduler starts its watches where it may already
+    # watch and bind (a roll first would meet 403s and client-go's backoff in the new namespaces).
+    deleted, created = await grants.apply(ctx, state, plan, obs.grant_role)
     rolled_at, refused = None, None
     if plan.roll.patch is not None:
         at = ctx.now_iso()  # the template records it too (a death before the status flush keeps it)
         rolled, refused = await rolling.patch(ctx, state, obs.roll.namespace, plan.roll.patch, at)
         rolled_at = (ctx.monotonic(), at) if rolled else None
-    deleted, created = await grants.apply(ctx, state, plan, obs.grant_role)
     answers = await grants.review(ctx, plan.reviews)
     out = so.outcome(obs, plan, so.Done(rolled_at, refused, deleted, created, answers), prev=state.section("scope"),
                      now=ctx.now_iso())

@@ -71,13 +71,14 @@ class ScopeMemory:
     next_roll_at: str | None = None            # ... its time, for status.scope.nextRollTime
     last_roll_at: str | None = None            # status.scope.lastRollTime
     roll_unread: bool = False                  # the template's rolled-at not read since this process started
+    grants_owed_since: float | None = None     # monotonic: a burst has deferred its grants since
 
     def kept(self) -> SyncMemory:
         """What `core.scope_plan` decides from."""
         return SyncMemory(self.roll_due, self.last_roll, self.last_roll_at, self.next_roll_at, self.grants,
                           self.permits, self.manager_warned, self.cluster,
                           tuple(self.preexisting) if self.preexisting is not None else None, tuple(self.added),
-                          self.known_list, self.roll_unread)
+                          self.known_list, self.roll_unread, self.grants_owed_since)
 
     def keep(self, m: SyncMemory) -> None:
         """What a plan (or its outcome) leaves."""
@@ -86,6 +87,7 @@ class ScopeMemory:
         self.grants, self.permits, self.manager_warned, self.cluster = m.grants, m.permits, m.manager_warned, m.cluster
         self.preexisting = list(m.preexisting) if m.preexisting is not None else None
         self.added, self.known_list, self.roll_unread = list(m.added), m.known_list, m.roll_unread
+        self.grants_owed_since = m.grants_owed_since
 
     def switch_target(self, ref: TargetRef) -> None:
         """Start fresh on another target: what we added and found belongs to the one we left, and

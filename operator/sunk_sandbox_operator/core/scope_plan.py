@@ -40,6 +40,7 @@ from .ledger import Entry, Ledger
 from .scope_rbac import Permits, Reviews, plan_reviews
 
 Finding = tuple[ScopeSynced, str]  # a problem ScopeSynced reports: (reason, message)
+GRANT_FOLD_SECONDS = 5.0  # the longest a burst defers its grants (a stream of namespaces never starves them)
 
 
 # ---------------------------------------------------------------- what a sync knows
@@ -112,6 +113,7 @@ class SyncMemory:
     added: tuple[str, ...] = ()
     known_list: frozenset[str] | None = None  # the target's list as last read or written
     roll_unread: bool = False              # the template's rolled-at not read since this process started
+    grants_owed_since: float | None = None  # monotonic: a burst has deferred its grants since
 
 
 # ---------------------------------------------------------------- what a sync does
@@ -258,6 +260,8 @@ def late_needs(obs: SyncObservation, mem: SyncMemory, now: float) -> Needs:
     sa, p = obs.service_account, m.permits
     per_namespace = bool(sa[1]) and (obs.periodic or p.sa != sa or p.cluster is not True)
     kept = _grants_kept(obs, m)
+    if _grants_folded(obs, m, now):
+        return Needs(workloads)
     return Needs(workloads, kept and _refresh(obs, m), kept or per_namespace)
 
 
@@ -326,6 +330,14 @@ def _want_body(obs: SyncObservation) -> Callable[[str], dict[str, Any]]:
     return lambda ns: g.rolebinding(o.namespace, o.name, o.uid, ns, obs.grant_role, sa, sa_ns)
 
 
+def _grants_folded(obs: SyncObservation, m: SyncMemory, now: float) -> bool:
+    """Grants (and the reviews they answer) wait while a burst goes on: its last write grants once
+    for every namespace it listed, so the list writes a burst waits for are not held up by RoleBinding
+    creates. At most GRANT_FOLD_SECONDS after the first deferred one."""
+    return (obs.burst_goes_on and not obs.periodic and m.grants is not None and _grants_kept(obs, m)
+            and (m.grants_owed_since is None or now - m.grants_owed_since < GRANT_FOLD_SECONDS))
+
+
 def _grants(obs: SyncObservation, m: SyncMemory,
             mine: list[str]) -> tuple[g.GrantPlan | None, tuple[dict[str, Any], ...], Finding | None, SyncMemory]:
     """A RoleBinding in every grantable live namespace the list holds; ours elsewhere removed."""
@@ -364,7 +376,14 @@ def decide_sync(obs: SyncObservation, mem: SyncMemory, now: float) -> SyncPlan:
         return SyncPlan(d, write, m, written.manager)
     mine = [ns for ns in d.final if ns in obs.grantable]  # the listed namespaces the binding may grant in
     roll, m, wake = _roll(obs, m, now, d.final, write.generation)
+    if _grants_folded(obs, m, now):  # nothing granted or asked; what memory says is reported
+        p = m.permits
+        reviews = Reviews(sa=obs.service_account if p.sa == obs.service_account else None, before=p, after=p,
+                          live=tuple(ns for ns in d.final if ns in p.denied))
+        m = replace(m, grants_owed_since=now if m.grants_owed_since is None else m.grants_owed_since)
+        return SyncPlan(d, write, m, written.manager, roll, reviews=reviews, wake=wake)
     grants, create, grants_problem, m = _grants(obs, m, mine)
-    reviews = _reviews(obs, m, mine, grants, now)
+    reviews = _reviews(obs, replace(m, grants_owed_since=None), mine, grants, now)
+    m = replace(m, grants_owed_since=None)
     return SyncPlan(d, write, replace(m, permits=reviews.before), written.manager, roll, grants, create,
                     grants_problem, reviews, wake)
