@@ -378,7 +378,7 @@ def test_a_burst_grants_once_at_its_last_write_or_after_the_fold_limit() -> None
     m = mem(grants=frozenset(), permits=rbac.Permits(SA, False, denied=frozenset({"ds-b"})))
     folded = sp.decide_sync(o, m, NOW)
     needs = sp.late_needs(o, m, NOW)
-    assert folded.grants is None and folded.create == () and not (needs.rolebindings or needs.namespaces)
+    assert folded.grants is None and list(folded.create) == [] and not (needs.rolebindings or needs.namespaces)
     assert not folded.reviews.cluster and rbac.second_round(folded.reviews, False) == ()  # nothing asked
     assert folded.memory.grants_owed_since == NOW
     out = so.outcome(o, folded, so.Done(), prev=None, now=WALL)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Iterable
+
 from ..core.scope_rbac import SCHEDULER_NEEDS
 from . import kube as k
 from .bounded import gather_bounded
@@ -32,7 +34,7 @@ async def delete(kube: k.KubeAPI, items: list[tuple[str, str, str | None]]) -> l
     return [r if isinstance(r, Exception) and not isinstance(r, k.Conflict) else None for r in results]
 
 
-async def create(kube: k.KubeAPI, bodies: list[dict]) -> list[Exception | None]:
+async def create(kube: k.KubeAPI, bodies: Iterable[dict]) -> list[Exception | None]:
     """One result per body: None when created, else the error (409: the name is taken by an object
     that is not ours, or we would have listed it)."""
     results = await gather_bounded((kube.create_rolebinding(b["metadata"]["namespace"], b) for b in bodies),

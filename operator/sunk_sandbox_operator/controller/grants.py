@@ -61,7 +61,7 @@ async def apply(ctx: Context, state: BindingState, plan: sp.SyncPlan,
     deleted = tuple(so.GrantResult(ns, None if err is None else str(err))
                     for (ns, _, _), err in zip(plan.grants.to_delete, await io.delete(ctx.kube, plan.grants.to_delete)))
     created = []
-    for ns, err in zip(plan.grants.to_create, await io.create(ctx.kube, list(plan.create))):
+    for ns, err in zip(plan.grants.to_create, await io.create(ctx.kube, plan.create)):
         if err is None:
             # The RoleBinding carries the binding's label: listing finds it after any crash.
             ctx.failpoints.hit("after-rolebinding-create")

@@ -27,7 +27,7 @@ from it, or a test may decide from the memory before the sync; the plan is the s
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from ..api.keys import FIELD_MANAGER, SCOPE_GENERATION_ANNOTATION, SCOPE_HASH_ANNOTATION
 from ..api.reasons import ScopeSynced, grant_targets
@@ -159,10 +159,17 @@ class SyncPlan:
     manager: managers.Manager | None = None
     roll: RollPlan = field(default_factory=RollPlan)
     grants: g.GrantPlan | None = None      # None: grants are not kept in this sync
-    create: tuple[dict[str, Any], ...] = ()  # the RoleBindings of grants.to_create
+    body: Callable[[str], dict[str, Any]] | None = None  # the RoleBinding wanted in a namespace
     grants_problem: Finding | None = None  # our RoleBindings could not be listed
     reviews: Reviews = field(default_factory=Reviews)
     wake: float | None = None              # seconds to the folded roll's sync (None: no new timer)
+
+    @property
+    def create(self) -> Iterator[dict[str, Any]]:
+        """The RoleBindings of grants.to_create, made one at a time as the creates go out (5,000
+        bodies held at once were 6 MiB of the start's peak)."""
+        if self.grants is not None and self.body is not None:
+            yield from map(self.body, self.grants.to_create)
 
 
 # ---------------------------------------------------------------- before and at the write
@@ -339,18 +346,19 @@ def _grants_folded(obs: SyncObservation, m: SyncMemory, now: float) -> bool:
 
 
 def _grants(obs: SyncObservation, m: SyncMemory,
-            mine: list[str]) -> tuple[g.GrantPlan | None, tuple[dict[str, Any], ...], Finding | None, SyncMemory]:
+            mine: list[str]) -> tuple[g.GrantPlan | None, Callable[[str], dict[str, Any]] | None, Finding | None,
+                                      SyncMemory]:
     """A RoleBinding in every grantable live namespace the list holds; ours elsewhere removed."""
     if not _grants_kept(obs, m):
-        return None, (), None, m
+        return None, None, None, m
     refresh = _refresh(obs, m)
     if refresh and obs.found_forbidden is not None:
-        return None, (), (ScopeSynced.FORBIDDEN, f"the operator may not list RoleBindings: {obs.found_forbidden}"), m
+        return None, None, (ScopeSynced.FORBIDDEN, f"the operator may not list RoleBindings: {obs.found_forbidden}"), m
     body = _want_body(obs)
     plan = g.plan_grants(role=obs.grant_role, wanted=[ns for ns in mine if ns in obs.live], known=m.grants,
                          found=obs.found if refresh else None, want_body=body, uid=obs.owner.uid,
                          legacy_name=g.legacy_rolebinding_name(obs.owner.namespace, obs.owner.name))
-    return plan, tuple(body(ns) for ns in plan.to_create), None, replace(m, grants=frozenset(plan.have))
+    return plan, body, None, replace(m, grants=frozenset(plan.have))
 
 
 def _reviews(obs: SyncObservation, m: SyncMemory, mine: list[str], grants: g.GrantPlan | None,
@@ -382,8 +390,8 @@ def decide_sync(obs: SyncObservation, mem: SyncMemory, now: float) -> SyncPlan:
                           live=tuple(ns for ns in d.final if ns in p.denied))
         m = replace(m, grants_owed_since=now if m.grants_owed_since is None else m.grants_owed_since)
         return SyncPlan(d, write, m, written.manager, roll, reviews=reviews, wake=wake)
-    grants, create, grants_problem, m = _grants(obs, m, mine)
+    grants, body, grants_problem, m = _grants(obs, m, mine)
     reviews = _reviews(obs, replace(m, grants_owed_since=None), mine, grants, now)
     m = replace(m, grants_owed_since=None)
-    return SyncPlan(d, write, replace(m, permits=reviews.before), written.manager, roll, grants, create,
+    return SyncPlan(d, write, replace(m, permits=reviews.before), written.manager, roll, grants, body,
                     grants_problem, reviews, wake)
