@@ -74,6 +74,7 @@ class Context:
     tenancy: TenancyPolicy = field(init=False)  # what bindings may ask (from config, below)
     ownership: OwnershipStore | None = None          # policy ownership records (None: status only)
     informers: list[Informer] = field(default_factory=list)  # one per watched kind
+    pod_informer: Informer | None = None            # the sandbox pods' (one of `informers`)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)  # their running tasks
     http: KubeHTTP | None = None                    # the session the informers share
     listed_bindings: frozenset[str] | None = None   # namespace/name of every allowed binding, as last listed
@@ -93,6 +94,7 @@ class Context:
         if self.depends is None:
             self.depends = Dependencies(self)
         self.timers = Timers(self.monotonic, self.sleep)
+        self._frozen = False  # gc.freeze() done, once the caches are loaded
         self.tenancy = self.config.tenancy()
         self.bindings.excluded = self.tenancy.system
         self.bindings.bound = self.tenancy.namespace_bound
@@ -106,16 +108,24 @@ class Context:
         if self.slurm is not None:
             self.slurm.refresh()  # ... and every Slurm poller
 
-    async def synced(self) -> None:
-        """Until every informer has its initial LIST in the caches (a first reconcile waits for this)."""
+    async def synced(self, *, pods: bool = True) -> None:
+        """Until the informers have their initial LIST in the caches. Without `pods`, all but the
+        sandbox pods': a first reconcile's policy and scope need none, and 50,000 pods take seconds
+        to list; its placement verdict waits for them (`pods_listed`)."""
         for informer in self.informers:
-            await informer.ready.wait()
-        if not self.namespaces.ready and self.informers:
+            if pods or informer is not self.pod_informer:
+                await informer.ready.wait()
+        self.namespaces.ready = True
+        if pods and not self._frozen and self.informers:
             # Tens of thousands of cached records live as long as the process: keep them out of
             # the cyclic GC's full collections (pauses of hundreds of ms at 50,000 pods).
             gc.freeze()
             _return_free_memory()
-        self.namespaces.ready = True
+            self._frozen = True
+
+    def pods_listed(self) -> bool:
+        """The sandbox pods' initial LIST is in the cache (always, with no informer: unit tests)."""
+        return self.pod_informer is None or self.pod_informer.ready.is_set()
 
     def event(self, state: BindingState, reason: EventReason, message: str) -> None:
         """An event on the binding; its type comes with the reason (api/events.py)."""

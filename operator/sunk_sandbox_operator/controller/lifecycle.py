@@ -48,13 +48,14 @@ async def start(logger: logging.Logger, config: Config | None = None) -> Context
     if config.metrics_port:
         await ctx.metrics.serve(config.metrics_port, config.metrics_address)
         logger.info("metrics on %s:%d/metrics", config.metrics_address, config.metrics_port)
+    ctx.pod_informer = Informer(http, Resource("/api/v1/pods", label_selector=keys.SANDBOX_ID_LABEL),
+                                lambda kind, body: watch.on_pod(ctx, kind, body), ctx.pods.keys,
+                                page_size=config.list_page_size, name="sandbox pod informer")
     ctx.informers = [
         Informer(http, Resource("/api/v1/namespaces", metadata_only=True),
                  lambda kind, body: watch.on_namespace(ctx, kind, body), ctx.namespaces.keys,
                  page_size=config.list_page_size, name="namespace informer"),
-        Informer(http, Resource("/api/v1/pods", label_selector=keys.SANDBOX_ID_LABEL),
-                 lambda kind, body: watch.on_pod(ctx, kind, body), ctx.pods.keys,
-                 page_size=config.list_page_size, name="sandbox pod informer"),
+        ctx.pod_informer,
     ]
     grants = ctx.grants = GrantCache()
     # Our grant RoleBindings (label-selected): a resync plans from them instead of a cluster-wide LIST.

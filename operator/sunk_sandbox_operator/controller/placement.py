@@ -107,7 +107,10 @@ def hazard_event(ctx: Context, state: BindingState, kind: str, pod_ref: str) -> 
 
 
 def report(ctx: Context, state: BindingState) -> None:
-    """GracePeriodSafe and PlacementVerified from the discovery and the pods seen so far."""
+    """GracePeriodSafe and PlacementVerified from the discovery and the pods seen so far (none
+    before the pods' initial LIST is in: a verdict on part of them could be wrong)."""
+    if not ctx.pods_listed():
+        return
     d = state.discovery
     applied = state.section("policy").get("lastAppliedTime")
     summary = state.placement.tracker.summary(applied)
