@@ -26,6 +26,9 @@ from .target_ref import locate
 DEFAULT_API_URLS = ("https://api.coreweave.com",)
 DEFAULT_GRANT_ROLES = ("sunk-scheduler-sandbox",)  # the ClusterRole the operator may bind (manifests/rbac.yaml)
 SYSTEM_GLOBS = ("kube-*",)  # and the operator's own namespace
+# One regex for them: `system` runs for every namespace at every resync (10,000 fnmatch calls were
+# half of its CPU).
+_SYSTEM = re.compile("|".join(fnmatch.translate(g) for g in SYSTEM_GLOBS))
 
 
 @dataclass(frozen=True)
@@ -59,7 +62,7 @@ class TenancyPolicy:
     allowed_slurm_urls: tuple[str, ...] = ()
 
     def system(self, namespace: str) -> bool:
-        return namespace == self.operator_namespace or any(fnmatch.fnmatchcase(namespace, g) for g in SYSTEM_GLOBS)
+        return namespace == self.operator_namespace or _SYSTEM.match(namespace) is not None
 
     def may_reach(self, binding_namespace: str, namespace: str) -> bool:
         if namespace == binding_namespace and not self.system(namespace):
