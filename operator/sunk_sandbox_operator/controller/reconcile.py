@@ -109,7 +109,7 @@ async def _reconcile(ctx: Context, state: BindingState, resync: bool) -> None:
     if await _refused(ctx, state):
         return
     spec = state.admitted_spec  # nothing below reads the live one
-    await ctx.synced(pods=False)  # the first reconcile waits for the namespaces (and our RoleBindings) listed
+    await ctx.synced()  # the first reconcile waits for the namespace, pod and RoleBinding caches' initial LIST
     state.reconciled_generation = state.admission.generation
     transient = False
     try:
@@ -152,7 +152,6 @@ async def _reconcile(ctx: Context, state: BindingState, resync: bool) -> None:
     policy_part = state.parts["PolicySynced"]
     transient = transient or (policy_part.status == "False" and policy_part.reason in TRANSIENT)
     state.failures = state.failures + 1 if transient else 0
-    await ctx.synced()  # ... and its placement verdict for every sandbox pod listed
     placement.report(ctx, state)
     await flush(ctx, state)
     ctx.depends.refresh()  # the scheduler namespace or the target may have moved: watch what it reads now
