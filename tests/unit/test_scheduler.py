@@ -486,3 +486,15 @@ def test_discover_args_kill_wait_beats_configmap() -> None:
     d = discover(spec(), "tenant-slurm", [fx("sunk7_pod")], [fx("sunk8_configmap_killwait")])
     assert (d.kill_wait_seconds, d.kill_wait_source) == (30, "args")
     assert (d.name, d.name_source) == ("slurm-scheduler", "configMap")
+
+
+def test_an_unchanged_scheduler_conf_is_parsed_once() -> None:
+    """Every reconcile re-reads scheduler.conf: the same text (a new string each read) is not parsed
+    again; another text is."""
+    text = "scheduler:\n  name: s\n  scope:\n    type: namespace\n    namespaces: [" + ", ".join(
+        f"ds-{i}" for i in range(50)) + "]\n"
+    first = parse_scheduler_conf(text)
+    again = parse_scheduler_conf("".join(list(text)))  # equal, not the same object
+    assert again is first and first.name == "s" and first.scope_type == "namespace"
+    other = parse_scheduler_conf(text.replace("name: s", "name: t"))
+    assert other is not first and other.name == "t"
