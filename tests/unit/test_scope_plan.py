@@ -394,6 +394,14 @@ def test_a_burst_grants_once_at_its_last_write_or_after_the_fold_limit() -> None
     assert sp.decide_sync(plain, mem(), NOW).memory.grants_owed_since is None
 
 
+def test_the_granted_role_is_read_only_when_a_namespace_review_may_follow() -> None:
+    role = dict(grant_role="sched-role")
+    assert sp.late_needs(obs(**role), mem(permits=rbac.Permits()), NOW).role            # never asked yet
+    assert sp.late_needs(obs(periodic=True, **role), mem(), NOW).role                  # a resync asks again
+    assert not sp.late_needs(obs(**role), mem(), NOW).role                             # allowed everywhere
+    assert not sp.late_needs(obs(periodic=True), mem(grants=frozenset({"ds-a"})), NOW).role  # no role: removing ours
+
+
 def test_grant_outcomes() -> None:
     o = obs(values=("ds-a", "ds-b", "slurm"), sandbox=("ds-a", "ds-b"), grant_role="sched-role", found=())
     plan = sp.decide_sync(o, mem(grants=None), NOW)

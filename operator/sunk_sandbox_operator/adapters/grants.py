@@ -11,8 +11,6 @@ from .bounded import gather_bounded
 CONCURRENCY = 16
 
 
-
-
 async def scheduler_permitted(kube: k.KubeAPI, sa: tuple[str, str], namespaces: list[str]) -> list[bool | Exception]:
     """Per namespace ("" = cluster-wide): may the scheduler's ServiceAccount watch and bind pods there?"""
     async def one(ns: str) -> bool:

@@ -190,8 +190,8 @@ async def _gather_late(ctx: Context, state: BindingState, mem: ScopeMemory, obs:
     if needs.namespaces:
         mine, live = grants.grantable(ctx, state, obs.scope.sandbox)
         obs = replace(obs, grantable=mine, live=live)
-        if obs.grant_role:  # one read, so that namespaces our RoleBinding covers need no review
-            obs = replace(obs, role_covers=await grants.role_covers(ctx, obs.grant_role))
+    if needs.role:  # one read, so that namespaces our RoleBinding covers need no review
+        obs = replace(obs, role_covers=await grants.role_covers(ctx, obs.grant_role))
     return obs, now
 
 

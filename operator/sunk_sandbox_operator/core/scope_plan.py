@@ -141,6 +141,7 @@ class Needs:
     workloads: bool = False                # the roll may patch now: the scheduler's workloads
     rolebindings: bool = False             # the grants are refreshed: our RoleBindings
     namespaces: bool = False               # grants or per-namespace reviews may run: grantable and live
+    role: bool = False                     # ... both: whether the granted ClusterRole covers the scheduler
 
 
 @dataclass(frozen=True)
@@ -269,7 +270,8 @@ def late_needs(obs: SyncObservation, mem: SyncMemory, now: float) -> Needs:
     kept = _grants_kept(obs, m)
     if _grants_folded(obs, m, now):
         return Needs(workloads)
-    return Needs(workloads, kept and _refresh(obs, m), kept or per_namespace)
+    role = bool(obs.grant_role) and kept and per_namespace
+    return Needs(workloads, kept and _refresh(obs, m), kept or per_namespace, role)
 
 
 def cannot_list_workloads(namespace: str, error: str) -> Finding:
@@ -391,7 +393,7 @@ def decide_sync(obs: SyncObservation, mem: SyncMemory, now: float) -> SyncPlan:
         m = replace(m, grants_owed_since=now if m.grants_owed_since is None else m.grants_owed_since)
         return SyncPlan(d, write, m, written.manager, roll, reviews=reviews, wake=wake)
     grants, body, grants_problem, m = _grants(obs, m, mine)
-    reviews = _reviews(obs, replace(m, grants_owed_since=None), mine, grants, now)
+    reviews = _reviews(obs, m, mine, grants, now)
     m = replace(m, grants_owed_since=None)
     return SyncPlan(d, write, replace(m, permits=reviews.before), written.manager, roll, grants, body,
                     grants_problem, reviews, wake)
