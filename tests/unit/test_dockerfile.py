@@ -226,7 +226,7 @@ def test_oci_labels(final, pyproject):
         value = labels.get(f"org.opencontainers.image.{key}")
         assert value, f"missing label org.opencontainers.image.{key}"
     assert labels["org.opencontainers.image.title"] == pyproject["project"]["name"]
-    assert labels["org.opencontainers.image.licenses"] == pyproject["project"]["license"]["text"]
+    assert labels["org.opencontainers.image.licenses"] == pyproject["project"]["license"]
     assert labels["org.opencontainers.image.source"].startswith("https://")
 
 
