@@ -7,6 +7,7 @@ the restore retry budget, and the start-up order (namespaces listed before any r
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import random
 
@@ -64,7 +65,9 @@ async def start(logger: logging.Logger, config: Config | None = None) -> Context
                         grants.apply, grants.keys, page_size=config.list_page_size, name="grant RoleBinding informer")
     grants.listed = informer.ready.is_set
     ctx.informers.append(informer)
+    gc.disable()  # until the initial LISTs are in (Context.collect_after_lists: why, and the bound)
     ctx.tasks = [asyncio.create_task(i.run(), name=i.name) for i in ctx.informers]
+    ctx.tasks.append(asyncio.create_task(ctx.collect_after_lists(), name="GC after the initial LISTs"))
     ctx.http = http
     return ctx
 
