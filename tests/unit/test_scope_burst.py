@@ -204,3 +204,24 @@ async def test_a_burst_creates_its_rolebindings_after_its_last_write(harness) ->
     first_create_of_burst = min(i for i, n in enumerate(names) if n == "create_rolebinding" and
                                 h.kube.calls[i][1] in ("ds-1", "ds-2"))
     assert first_create_of_burst > writes[-1]                               # after the burst's last write
+
+
+async def test_a_grant_round_stops_for_a_new_namespace_whose_list_write_goes_first(harness) -> None:
+    """A namespace arriving while RoleBindings are created: no create starts after it, the next sync
+    writes the list first and then makes the rest; the roll the cut round owed is made once, after
+    every grant (a restarted scheduler finds its RBAC)."""
+    h = harness()
+    state = world(h, CONF, namespaces=("slurm", "other"), scope={"grantClusterRole": "sunk-scheduler"})
+    watching(h)
+    await scope.sync(h.ctx, state)
+    echo(h)
+    h.kube.calls.clear()
+    h.kube.before("create_rolebinding", lambda: watch.on_namespace(h.ctx, "ADDED", namespace("ds-4")))
+    await burst_of(h, "ds-1", "ds-2", "ds-3")
+    acts = [c[:2] for c in h.kube.calls if c[0] in ("replace_configmap", "create_rolebinding", "merge_patch_deployment")]
+    assert acts == [("replace_configmap", "slurm"), ("create_rolebinding", "ds-1"),    # cut: ds-4 arrived
+                    ("replace_configmap", "slurm"),                                    # its list first
+                    ("create_rolebinding", "ds-2"), ("create_rolebinding", "ds-3"), ("create_rolebinding", "ds-4"),
+                    ("merge_patch_deployment", "slurm")]                               # one roll, after them
+    assert {"ds-1", "ds-2", "ds-3", "ds-4"} <= set(listed(h))
+    assert {ns for ns, _ in h.kube.store["rolebindings"]} >= {"ds-1", "ds-2", "ds-3", "ds-4"}

@@ -394,6 +394,27 @@ def test_a_burst_grants_once_at_its_last_write_or_after_the_fold_limit() -> None
     assert sp.decide_sync(plain, mem(), NOW).memory.grants_owed_since is None
 
 
+def test_a_grant_round_may_yield_to_a_new_change_until_the_fold_limit_and_a_cut_keeps_what_it_owes() -> None:
+    """A signalled sync's creates may stop for a newer change (its list write goes first); the grants
+    are then owed since the first deferral, so a stream of changes cannot starve them past
+    GRANT_FOLD_SECONDS, and a resync never yields. A cut round keeps the roll it did not make due and
+    counts only the creates it made."""
+    o = obs(values=("ds-a", "ds-b", "slurm"), sandbox=("ds-a", "ds-b"), added=("ds-a", "ds-b"), grant_role="sched-role")
+    m = mem(roll_due=True)
+    assert sp.decide_sync(o, m, NOW).grants_yield_owed == NOW                            # owed from now if cut
+    owed = replace(m, grants_owed_since=NOW - 1)
+    assert sp.decide_sync(o, owed, NOW).grants_yield_owed == NOW - 1                     # the first deferral counts
+    assert sp.decide_sync(o, replace(m, grants_owed_since=NOW - sp.GRANT_FOLD_SECONDS), NOW).grants_yield_owed is None
+    assert sp.decide_sync(replace(o, periodic=True, found=()), m, NOW).grants_yield_owed is None
+    assert sp.decide_sync(obs(values=("ds-a", "slurm"), added=("ds-a",)), mem(), NOW).grants_yield_owed is None
+    plan, cut = act(o, m, created=(so.GrantResult("ds-a", None),), cut=True)
+    assert plan.roll.patch is not None                                                   # a roll was planned ...
+    assert cut.memory.roll_due and cut.memory.last_roll == m.last_roll                   # ... and stays owed
+    assert cut.memory.grants == frozenset({"ds-a"}) and cut.memory.grants_owed_since == NOW
+    _, whole = act(o, m, created=(so.GrantResult("ds-a", None), so.GrantResult("ds-b", None)), rolled_at=(NOW, WALL))
+    assert not whole.memory.roll_due and whole.memory.grants_owed_since is None
+
+
 def test_the_granted_role_is_read_only_when_a_namespace_review_may_follow() -> None:
     role = dict(grant_role="sched-role")
     assert sp.late_needs(obs(**role), mem(permits=rbac.Permits()), NOW).role            # never asked yet

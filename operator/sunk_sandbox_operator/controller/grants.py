@@ -7,6 +7,8 @@ this module gathers and acts, and returns failures as facts for the plan's check
 
 from __future__ import annotations
 
+from typing import Callable, Iterator
+
 from ..api.events import EventReason
 from ..adapters import grants as io
 from ..adapters import kube as k
@@ -53,15 +55,27 @@ async def role_covers(ctx: Context, role: str) -> bool:
         return False
 
 
-async def apply(ctx: Context, state: BindingState, plan: sp.SyncPlan,
-                role: str) -> tuple[tuple[so.GrantResult, ...], tuple[so.GrantResult, ...]]:
-    """Delete, then create, what the plan says: (deleted, created), one result each."""
+async def apply(ctx: Context, state: BindingState, plan: sp.SyncPlan, role: str,
+                new_change: Callable[[], bool]) -> tuple[tuple[so.GrantResult, ...], tuple[so.GrantResult, ...], bool]:
+    """Delete, then create, what the plan says: (deleted, created, cut), one result each. When the
+    plan lets the round yield, no create starts once `new_change()`: the round is cut (the list
+    write that change asks for is not held up by the rest)."""
     if plan.grants is None or plan.grants.empty:
-        return (), ()
+        return (), (), False
     deleted = tuple(so.GrantResult(ns, None if err is None else str(err))
                     for (ns, _, _), err in zip(plan.grants.to_delete, await io.delete(ctx.kube, plan.grants.to_delete)))
+    cut = False
+
+    def bodies() -> Iterator[dict]:
+        nonlocal cut
+        for body in plan.create:
+            if plan.grants_yield_owed is not None and new_change():
+                cut = True
+                return
+            yield body
+
     created = []
-    for ns, err in zip(plan.grants.to_create, await io.create(ctx.kube, plan.create)):
+    for ns, err in zip(plan.grants.to_create, await io.create(ctx.kube, bodies())):
         if err is None:
             # The RoleBinding carries the binding's label: listing finds it after any crash.
             ctx.failpoints.hit("after-rolebinding-create")
@@ -71,7 +85,7 @@ async def apply(ctx: Context, state: BindingState, plan: sp.SyncPlan,
     removed = [x.namespace for x in deleted if x.error is None]
     if made or removed:
         ctx.event(state, EventReason.SCOPE_GRANTS_UPDATED, so.grants_event(state.uid, role, made, removed))
-    return deleted, tuple(created)
+    return deleted, tuple(created), cut
 
 
 async def review(ctx: Context, reviews: rbac.Reviews) -> so.Answers:

@@ -10,7 +10,8 @@
 4. delete and create RoleBindings, then patch (the rolled scheduler finds its RBAC), ask; `outcome`:
    the memory and ScopeSynced (the chain's first problem: roll → grants → the scheduler's RBAC, else
    the list's state). Nothing is decided here. Which comes first: the list (what a burst waits for),
-   then the grants (deferred to a burst's last write, `core.scope_plan`), then the roll.
+   then the grants (deferred to a burst's last write, and a round the plan lets yield stops creating
+   when a newer change is signalled: its list write goes first), then the roll.
 """
 
 from __future__ import annotations
@@ -133,15 +134,15 @@ async def _sync_inner(ctx: Context, state: BindingState, mem: ScopeMemory, perio
         _roll_later(ctx, mem, plan.wake)  # folded: one roll at the interval's end carries every change
     # The grants before the roll: the restarted scheduler starts its watches where it may already
     # watch and bind (a roll first would meet 403s and client-go's backoff in the new namespaces).
-    deleted, created = await grants.apply(ctx, state, plan, obs.grant_role)
+    deleted, created, cut = await grants.apply(ctx, state, plan, obs.grant_role, lambda: mem.syncer.pending)
     rolled_at, refused = None, None
-    if plan.roll.patch is not None:
+    if plan.roll.patch is not None and not cut:
         at = ctx.now_iso()  # the template records it too (a death before the status flush keeps it)
         rolled, refused = await rolling.patch(ctx, state, obs.roll.namespace, plan.roll.patch, at)
         rolled_at = (ctx.monotonic(), at) if rolled else None
-    answers = await grants.review(ctx, plan.reviews)
-    out = so.outcome(obs, plan, so.Done(rolled_at, refused, deleted, created, answers), prev=state.section("scope"),
-                     now=ctx.now_iso())
+    answers = so.Answers() if cut else await grants.review(ctx, plan.reviews)
+    out = so.outcome(obs, plan, so.Done(rolled_at, refused, deleted, created, answers, cut),
+                     prev=state.section("scope"), now=ctx.now_iso())
     mem.keep(out.memory)
     r = out.report
     return Part(COND, r.status, r.reason, r.message, "scope", r.section)

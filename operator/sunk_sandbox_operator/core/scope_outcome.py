@@ -47,6 +47,9 @@ class Done:
     deleted: tuple[GrantResult, ...] = ()
     created: tuple[GrantResult, ...] = ()
     answers: Answers = field(default_factory=Answers)
+    # The grant round stopped for a new change (`SyncPlan.grants_yield_owed`): the creates not made,
+    # the roll and the reviews are the next sync's, after its list write.
+    cut: bool = False
 
 
 @dataclass(frozen=True)
@@ -151,7 +154,9 @@ def outcome(obs: SyncObservation, plan: SyncPlan, done: Done, *, prev: dict[str,
     a = done.answers
     permits = permits_after(plan.reviews, a.cluster, a.namespaces, granted)
     m = replace(plan.memory, permits=permits, grants=granted)
-    if plan.roll.patch is not None and done.roll_forbidden is None:  # made, or the workload is gone
+    if done.cut:  # the rest is owed since the plan says; the planned roll was not made, so it stays due
+        m = replace(m, grants_owed_since=plan.grants_yield_owed, roll_due=m.roll_due or plan.roll.patch is not None)
+    elif plan.roll.patch is not None and done.roll_forbidden is None:  # made, or the workload is gone
         m = replace(m, roll_due=False, next_roll_at=None)
         if done.rolled_at is not None:
             m = replace(m, last_roll=done.rolled_at[0], last_roll_at=done.rolled_at[1])

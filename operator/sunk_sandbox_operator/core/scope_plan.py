@@ -164,6 +164,10 @@ class SyncPlan:
     grants_problem: Finding | None = None  # our RoleBindings could not be listed
     reviews: Reviews = field(default_factory=Reviews)
     wake: float | None = None              # seconds to the folded roll's sync (None: no new timer)
+    # A grant round may stop between creates when a new change is signalled (the list write it
+    # asks for goes first); then its grants are owed since this (kept in memory). None: it may
+    # not (a resync, or grants owed GRANT_FOLD_SECONDS already: a stream never starves them).
+    grants_yield_owed: float | None = None
 
     @property
     def create(self) -> Iterator[dict[str, Any]]:
@@ -344,7 +348,11 @@ def _grants_folded(obs: SyncObservation, m: SyncMemory, now: float) -> bool:
     for every namespace it listed, so the list writes a burst waits for are not held up by RoleBinding
     creates. At most GRANT_FOLD_SECONDS after the first deferred one."""
     return (obs.burst_goes_on and not obs.periodic and m.grants is not None and _grants_kept(obs, m)
-            and (m.grants_owed_since is None or now - m.grants_owed_since < GRANT_FOLD_SECONDS))
+            and _within_fold(m.grants_owed_since, now))
+
+
+def _within_fold(owed_since: float | None, now: float) -> bool:
+    return owed_since is None or now - owed_since < GRANT_FOLD_SECONDS
 
 
 def _grants(obs: SyncObservation, m: SyncMemory,
@@ -394,6 +402,9 @@ def decide_sync(obs: SyncObservation, mem: SyncMemory, now: float) -> SyncPlan:
         return SyncPlan(d, write, m, written.manager, roll, reviews=reviews, wake=wake)
     grants, body, grants_problem, m = _grants(obs, m, mine)
     reviews = _reviews(obs, m, mine, grants, now)
-    m = replace(m, grants_owed_since=None)
+    owed, m = m.grants_owed_since, replace(m, grants_owed_since=None)
+    yield_owed = None
+    if grants is not None and grants.to_create and not obs.periodic and _within_fold(owed, now):
+        yield_owed = now if owed is None else owed
     return SyncPlan(d, write, replace(m, permits=reviews.before), written.manager, roll, grants, body,
-                    grants_problem, reviews, wake)
+                    grants_problem, reviews, wake, yield_owed)
