@@ -306,3 +306,30 @@ async def test_rolebinding_creates_drop_each_answer_at_once() -> None:
     out = await io.create(Creator(), bodies)  # type: ignore[arg-type]
     assert out[0] is None and isinstance(out[1], k.Conflict) and out[2:] == [None] * 60
     assert most <= io.CONCURRENCY  # never more answers alive than calls in flight
+
+
+def test_the_bearer_token_is_read_through_the_refresh_hook_at_most_every_few_seconds() -> None:
+    """The client's hook reloads a kubeconfig's settings at each call: one value serves
+    AUTH_REUSE_SECONDS, then the hook runs again (a rotated token is picked up)."""
+    from kubernetes.client.configuration import Configuration
+
+    cfg = Configuration()
+    cfg.host = "https://127.0.0.1:6443"
+    tokens = iter(["Bearer one", "Bearer two"])
+    calls = []
+
+    def hook(c: Configuration) -> None:
+        calls.append(1)
+        c.api_key["authorization"] = next(tokens)
+
+    cfg.api_key["authorization"] = "Bearer zero"  # as the loaders set it
+    cfg.refresh_api_key_hook = hook
+    now = [100.0]
+    session = kubehttp.KubeHTTP(cfg, monotonic=lambda: now[0])
+    assert session._headers(None)["Authorization"] == "Bearer one"
+    now[0] += kubehttp.AUTH_REUSE_SECONDS - 0.1
+    assert session._headers({"Accept": "x"}) == {"Accept": "x", "User-Agent": "sunk-sandbox-operator",
+                                                 "Authorization": "Bearer one"} and len(calls) == 1
+    now[0] += 0.1
+    assert session._headers(None)["Authorization"] == "Bearer two" and len(calls) == 2
+    assert "Authorization" not in kubehttp.KubeHTTP(Configuration())._headers(None)  # no token: none sent
