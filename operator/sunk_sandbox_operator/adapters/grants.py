@@ -33,8 +33,9 @@ async def delete(kube: k.KubeAPI, items: list[tuple[str, str, str | None]]) -> l
 
 
 async def create(kube: k.KubeAPI, bodies: Iterable[dict]) -> list[Exception | None]:
-    """One result per body: None when created, else the error (409: the name is taken by an object
-    that is not ours, or we would have listed it)."""
+    """One result per body taken from `bodies` (a generator may end early: the rest are not made):
+    None when created, else the error (409: the name is taken by an object that is not ours, or we
+    would have listed it)."""
     async def one(body: dict) -> None:
         # The answer is dropped at once: 5,000 created objects held until the last create were 20 MiB.
         await kube.create_rolebinding(body["metadata"]["namespace"], body)

@@ -112,8 +112,8 @@ class Context:
 
     async def synced(self) -> None:
         """Until every informer has its initial LIST in the caches (a first reconcile waits for this:
-        writing the policy and the scope while 50,000 pods are listed was no sooner on 2 busy cores,
-        and its allocations among the pods' raised the peak by about 6 MiB)."""
+        writing the policy and the scope while 50,000 pods are listed was at most 0.8 s sooner on 2
+        busy cores, with 5,000 grants, and its allocations among the pods' raised the peak by 6-11 MiB)."""
         for informer in self.informers:
             await informer.ready.wait()
         self.namespaces.ready = True
