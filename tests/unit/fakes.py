@@ -29,6 +29,7 @@ from sunk_sandbox_operator.core.compose import Part
 from sunk_sandbox_operator.adapters.runnerapi import client as rc
 from sunk_sandbox_operator.adapters.runnerapi import errors as rerr
 from sunk_sandbox_operator.controller.config import Config
+from sunk_sandbox_operator.controller import placement
 from sunk_sandbox_operator.controller.context import Context
 from sunk_sandbox_operator.controller.state import BindingState
 from sunk_sandbox_operator.core.scheduler import Discovery
@@ -534,12 +535,15 @@ class Harness:
         return [reason for _, reason, _ in self.events]
 
     def binding(self, body: dict | None = None, *, stored: bool = True, active: bool = True,
-                discovered: Discovery | None = None, observed: bool = True, admitted: bool = True) -> BindingState:
+                discovered: Discovery | None = None, observed: bool = True, admitted: bool = True,
+                judged: bool = False) -> BindingState:
         """A binding the registry knows (and the API server holds), reconciled once unless `active=False`;
         its spec admitted (as a reconcile's tenancy check does) unless `admitted=False` or it does not parse.
 
         `observed`: every concern has reported a part (Unknown, NotReconciled), as after a first
-        reconcile; the status writer composes nothing before that."""
+        reconcile; the status writer composes nothing before that. `judged`: its pods are judged
+        (placement's expectations set) without the rest of a reconcile, as after one whose
+        discovery failed; an active binding's always are."""
         body = body or binding_body()
         if stored:
             body = self.kube.add("bindings", body)
@@ -552,6 +556,8 @@ class Harness:
         if active:
             state.conflict_checked = True
             state.discovery = discovered or discovery()
+        if state.admitted is not None and (active or judged):  # a reconcile judges its pods from here on
+            placement.set_expectations(self.ctx, state, state.discovery or Discovery(namespace=state.namespace, selector=""))
         return state
 
     def load_namespaces(self, *bodies: dict) -> None:

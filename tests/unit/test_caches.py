@@ -149,8 +149,8 @@ async def test_namespace_relabel_moves_its_pods_in_and_out(harness) -> None:
 
 async def test_observe_yields_only_matching_bindings_and_tracks_deletes(harness) -> None:
     h = harness()
-    state = h.binding(active=False)
-    h.binding(binding_body("other", uid="u2", sandboxNamespaces={"names": ["team-*"]}), active=False)
+    state = h.binding(active=False, judged=True)
+    h.binding(binding_body("other", uid="u2", sandboxNamespaces={"names": ["team-*"]}), active=False, judged=True)
     ctx = h.ctx
 
     def observe(kind: str, pod: dict) -> list[str]:
@@ -163,6 +163,23 @@ async def test_observe_yields_only_matching_bindings_and_tracks_deletes(harness)
     assert observe("DELETED", _pod("ds-a", "p1")) == ["b"]
     assert len(state.placement.tracker) == 0 and len(ctx.pods) == 1
     assert observe("DELETED", _pod("ds-a", "p1")) == []                  # already gone
+
+
+async def test_pods_before_the_first_reconcile_are_cached_not_judged_then_judged_once_from_the_cache(harness) -> None:
+    """The initial LIST's 50,000 pods arrive before the binding's first reconcile: judging them one
+    by one was thrown away when that reconcile rebuilt the tracker. They are cached only, then
+    judged once, by `set_expectations`."""
+    h = harness()
+    state = h.binding(binding_body(partition="p"), active=False)   # admitted, not reconciled yet
+    ctx = h.ctx
+    for pod in (_pod("ds-a", "p1", gpu=True), _pod("ds-a", "p2"), _pod("other", "p3")):
+        watch.on_pod(ctx, "ADDED", pod)
+    assert len(ctx.pods) == 3 and len(state.placement.tracker) == 0
+    assert state.flusher is None and h.events == []             # no status write asked, no hazard event yet
+    placement.set_expectations(ctx, state, discovery())
+    assert len(state.placement.tracker) == 2                    # the binding's two, from the cache
+    watch.on_pod(ctx, "DELETED", _pod("ds-a", "p2"))
+    assert len(state.placement.tracker) == 1                    # judged per event from now on
 
 
 async def test_new_expectations_rebuild_the_tracker_from_the_cache_without_listing_pods(harness) -> None:
@@ -185,7 +202,7 @@ async def test_new_expectations_rebuild_the_tracker_from_the_cache_without_listi
 
 async def test_hazard_events_are_paced_per_kind_by_the_injected_clock(harness) -> None:
     h = harness(hazard_event_interval_seconds=60.0)
-    state = h.binding(binding_body(partition="p"), active=False)
+    state = h.binding(binding_body(partition="p"), active=False, judged=True)
     ctx = h.ctx
 
     def warnings() -> list[str]:
@@ -207,7 +224,7 @@ async def test_hazard_events_are_paced_per_kind_by_the_injected_clock(harness) -
 
 async def test_pod_churn_is_one_status_write_per_interval(harness) -> None:
     h = harness(status_min_interval_seconds=2.0)
-    state = h.binding(binding_body(partition="p"), active=False)
+    state = h.binding(binding_body(partition="p"), active=False, judged=True)
     ctx = h.ctx
     for i in range(50):
         watch.on_pod(ctx, "ADDED", _pod("ds-a", f"p{i}"))

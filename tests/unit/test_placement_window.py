@@ -144,7 +144,7 @@ async def test_the_controller_re_judges_at_the_window_s_end(harness) -> None:
     written = h.clock.iso()
     body = binding_body(partition="p")
     body["status"] = {"policy": {"lastAppliedTime": written}}
-    state = h.binding(body, active=False)
+    state = h.binding(body, active=False, judged=True)
 
     await h.clock.advance(10)                      # a sandbox created right after the write, old values
     watch.on_pod(h.ctx, "ADDED", _pod("early", h.clock.iso(), partition="default"))
@@ -175,7 +175,7 @@ async def test_a_match_inside_the_window_drops_the_re_judge_and_forget_cancels_i
     h = harness(policy_propagation_seconds=60.0)
     body = binding_body(partition="p")
     body["status"] = {"policy": {"lastAppliedTime": h.clock.iso()}}
-    state = h.binding(body, active=False)
+    state = h.binding(body, active=False, judged=True)
     await h.clock.advance(5)
     watch.on_pod(h.ctx, "ADDED", _pod("early", h.clock.iso(), partition="default"))
     await h.run_until_idle()
