@@ -100,8 +100,7 @@ def _run(argv: list[str]) -> int:
 
     limit_malloc_arenas()
 
-    asyncio.run(main.run(args.liveness))
-    return 0
+    return asyncio.run(main.run(args.liveness))
 
 
 # Libraries that log at INFO on every object event or request: kopf "Handler ... succeeded" for

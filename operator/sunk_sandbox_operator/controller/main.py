@@ -29,8 +29,11 @@ log = logging.getLogger("sunk_sandbox_operator")
 STOP_TIMEOUT = 35.0  # kopf's daemon cancellation timeout is 30 s
 
 
-async def run(liveness: str | None, config: Config | None = None) -> None:
+async def run(liveness: str | None, config: Config | None = None) -> int:
+    """The process's life; its exit code: 1 when kopf failed (a start-up activity, say), so that
+    the pod shows a crash, not a clean exit; else 0."""
     config = config or load()
+    failed = False
     loop = asyncio.get_running_loop()
     shutdown = asyncio.Event()
 
@@ -69,6 +72,7 @@ async def run(liveness: str | None, config: Config | None = None) -> None:
             done, _ = await asyncio.wait({operator, holder, waiter}, return_when=asyncio.FIRST_COMPLETED)
             if operator in done:  # kopf stopped on a signal (it took SIGTERM) or failed
                 shutdown.set()
+                failed = not operator.cancelled() and operator.exception() is not None
             if holder not in done:
                 holder.cancel()  # cancelling does not count as lost: we release below
             stop.set()
@@ -87,6 +91,7 @@ async def run(liveness: str | None, config: Config | None = None) -> None:
         if webhook is not None:
             await webhook.stop()
         await lifecycle.stop(ctx)
+    return 1 if failed else 0
 
 
 async def _first(work, stop) -> bool:

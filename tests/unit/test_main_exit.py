@@ -1,0 +1,71 @@
+"""The process's exit code (controller.main.run): a kopf failure is a crash, not a clean exit.
+
+The shell around kopf is replaced by fakes (no API server): the caches, the webhook and the Lease
+are not what is under test here, only what `run` returns when kopf ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+import kopf
+import pytest
+
+from sunk_sandbox_operator.controller import main
+from sunk_sandbox_operator.controller.config import load
+
+
+class FakeElector:
+    def __init__(self, *args, **kwargs) -> None:
+        self.released = False
+
+    async def acquire(self) -> bool:
+        return True
+
+    async def hold(self, close_gate) -> None:
+        await asyncio.Event().wait()  # holds the Lease until cancelled
+
+    async def release(self) -> None:
+        self.released = True
+
+
+@pytest.fixture
+def shell(monkeypatch):
+    """`run` with fake caches, webhook and Lease; `kopf` is what the test's kopf.operator does."""
+    stopped: list[bool] = []
+
+    async def start(logger, config):
+        return SimpleNamespace(kube=SimpleNamespace(), informers=[], reset_bindings=lambda: None)
+
+    async def nothing(*args, **kwargs):
+        return None
+
+    async def stop(ctx):
+        stopped.append(True)
+
+    monkeypatch.setattr(main.lifecycle, "start", start)
+    monkeypatch.setattr(main.lifecycle, "stop", stop)
+    monkeypatch.setattr(main.admission, "serve", nothing)
+    monkeypatch.setattr(main.reconcile, "shutdown", nothing)
+    monkeypatch.setattr(main, "LeaderElector", FakeElector)
+
+    def with_kopf(operator) -> int:
+        monkeypatch.setattr(kopf, "operator", operator)
+        return asyncio.run(main.run(None, load()))
+    with_kopf.stopped = stopped  # type: ignore[attr-defined]
+    return with_kopf
+
+
+def test_kopf_failing_at_start_up_exits_1_after_the_clean_up(shell) -> None:
+    async def failing(**kwargs):
+        raise kopf.ActivityError("startup handler failed", outcomes={})
+    assert shell(failing) == 1
+    assert shell.stopped == [True]  # the caches were still stopped and the Lease released
+
+
+def test_kopf_stopping_on_a_signal_exits_0(shell) -> None:
+    async def stops(**kwargs):
+        return None  # kopf took SIGTERM and returned
+    assert shell(stops) == 0
+
