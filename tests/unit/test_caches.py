@@ -131,7 +131,7 @@ def test_namespace_cache_matching_and_belonging() -> None:
 async def test_namespace_relabel_moves_its_pods_in_and_out(harness) -> None:
     h = harness()
     state = h.binding(binding_body(partition="p", sandboxNamespaces={"selector": {"matchLabels": {"sandboxes": "yes"}}}),
-                      active=False)
+                      active=False, judged=True)
     ctx = h.ctx
     ctx.namespaces.apply("ADDED", namespace("team-x"))
     [(kind, record)] = ctx.pods.apply("ADDED", _pod("team-x", "p1"))
@@ -243,7 +243,7 @@ async def test_pod_churn_is_one_status_write_per_interval(harness) -> None:
 async def test_a_namespace_relabel_refreshes_placement_through_the_watch(harness) -> None:
     h = harness()
     state = h.binding(binding_body(partition="p", sandboxNamespaces={"selector": {"matchLabels": {"sbx": "yes"}}}),
-                      active=False)
+                      active=False, judged=True)
     ctx = h.ctx
     h.load_namespaces(namespace("team-x"))
     watch.on_pod(ctx, "ADDED", _pod("team-x", "p1"))

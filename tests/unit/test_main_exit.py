@@ -17,8 +17,10 @@ from sunk_sandbox_operator.controller.config import load
 
 
 class FakeElector:
+    released: list[bool] = []
+
     def __init__(self, *args, **kwargs) -> None:
-        self.released = False
+        pass
 
     async def acquire(self) -> bool:
         return True
@@ -27,7 +29,7 @@ class FakeElector:
         await asyncio.Event().wait()  # holds the Lease until cancelled
 
     async def release(self) -> None:
-        self.released = True
+        self.released.append(True)
 
 
 @pytest.fixture
@@ -49,11 +51,13 @@ def shell(monkeypatch):
     monkeypatch.setattr(main.admission, "serve", nothing)
     monkeypatch.setattr(main.reconcile, "shutdown", nothing)
     monkeypatch.setattr(main, "LeaderElector", FakeElector)
+    monkeypatch.setattr(FakeElector, "released", [])
 
     def with_kopf(operator) -> int:
         monkeypatch.setattr(kopf, "operator", operator)
         return asyncio.run(main.run(None, load()))
     with_kopf.stopped = stopped  # type: ignore[attr-defined]
+    with_kopf.released = lambda: FakeElector.released  # type: ignore[attr-defined]
     return with_kopf
 
 
@@ -61,11 +65,10 @@ def test_kopf_failing_at_start_up_exits_1_after_the_clean_up(shell) -> None:
     async def failing(**kwargs):
         raise kopf.ActivityError("startup handler failed", outcomes={})
     assert shell(failing) == 1
-    assert shell.stopped == [True]  # the caches were still stopped and the Lease released
+    assert shell.stopped == [True] and shell.released() == [True]  # the caches stopped, the Lease released
 
 
 def test_kopf_stopping_on_a_signal_exits_0(shell) -> None:
     async def stops(**kwargs):
         return None  # kopf took SIGTERM and returned
     assert shell(stops) == 0
-

@@ -33,11 +33,7 @@ def expectations(state: BindingState, d: Discovery) -> PodExpectations:
                            job_templates=tuple(rest.job_name_templates) if rest is not None else None)
 
 
-def _facts(state: BindingState, pod: placement.PodRecord) -> placement.PodFacts:
-    e = state.placement.expectations
-    if e is None:
-        return placement.observe_pod(pod, scheduler_name=None, partition=state.spec.partition if state.spec else None,
-                                     pinned={}, kill_wait=None)
+def _facts(e: PodExpectations, pod: placement.PodRecord) -> placement.PodFacts:
     return placement.observe_pod(pod, scheduler_name=e.scheduler_name, partition=e.partition, pinned=dict(e.pinned),
                                  kill_wait=e.kill_wait)
 
@@ -60,21 +56,23 @@ def set_expectations(ctx: Context, state: BindingState, d: Discovery) -> None:
         jobs.set_view(ctx.slurm.view_for(state))
     for pod in ctx.pods:
         if _belongs(ctx, state, pod.namespace):
-            tracker.apply("ADDED", _facts(state, pod))
+            tracker.apply("ADDED", _facts(new, pod))
             if jobs is not None:
                 jobs.apply("ADDED", pod)
 
 
 def refresh_namespace(ctx: Context, state: BindingState, namespace: str) -> bool:
-    """A namespace's labels changed (or it appeared after its pods): re-judge its pods only."""
+    """A namespace's labels changed (or it appeared after its pods): re-judge its pods only (none
+    before the binding's first reconcile: `set_expectations` judges them all then)."""
     pods = ctx.pods.in_namespace(namespace)
-    if not pods or state.spec is None:
+    e = state.placement.expectations
+    if not pods or state.spec is None or e is None:
         return False
     belongs = _belongs(ctx, state, namespace)
     changed = False
     jobs = state.placement.jobs
     for pod in pods:
-        changed |= state.placement.tracker.apply("ADDED" if belongs else "DELETED", _facts(state, pod))
+        changed |= state.placement.tracker.apply("ADDED" if belongs else "DELETED", _facts(e, pod))
         if jobs is not None:
             changed |= jobs.apply("ADDED" if belongs else "DELETED", pod)
     return changed
@@ -88,10 +86,11 @@ def observe(ctx: Context, kind: str, pod: placement.PodRecord
         # Not reconciled yet: its first reconcile builds the tracker from the whole cache
         # (`set_expectations`), so judging the 50,000 pods of the initial LIST one by one here too
         # was thrown away (0.5 CPU-s of the start).
-        if state.placement.expectations is None or not _belongs(ctx, state, ns):
+        e = state.placement.expectations
+        if e is None or not _belongs(ctx, state, ns):
             continue
         tracker = state.placement.tracker
-        facts = _facts(state, pod)
+        facts = _facts(e, pod)
         before = tracker.get(facts.key)
         jobs_changed = state.placement.jobs is not None and state.placement.jobs.apply(kind, pod)
         if tracker.apply(kind, facts):
