@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+import orjson
 import pytest
 
 from sunk_sandbox_operator.adapters import kube as k
@@ -28,12 +29,12 @@ class FakeHTTP:
         self.watched: list[tuple[str, dict, dict | None]] = []
         self.idle = asyncio.Event()
 
-    async def get(self, path, params, headers=None, timeout=60.0):
+    async def get(self, path, params, headers=None, timeout=60.0, decode=None):
         self.gets.append((path, dict(params), headers))
         answer = self.pages.pop(0)
         if isinstance(answer, Exception):
             raise answer
-        return answer
+        return decode(orjson.dumps(answer)) if decode else answer
 
     async def watch(self, path, params, headers=None, timeout=330.0):
         self.watched.append((path, dict(params), headers))

@@ -402,15 +402,21 @@ async def test_rate_limiter_token_bucket_with_fake_clock() -> None:
 
 
 async def test_rate_limiter_bounds_the_client_call_rate(emu: EmulatorThread) -> None:
-    limiter = RateLimiter(rate=20, burst=2)
+    # The limiter's clock stands still and its sleep only records: every call the client sends books a
+    # token first, so the waits are exactly the bucket's, whatever the machine's load (timing the real
+    # HTTP calls on the wall clock failed under load: a slow connect shifts the first call, not the bucket).
+    slept: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    limiter = RateLimiter(rate=20, burst=2, clock=lambda: 100.0, sleep=sleep)
+    before = len(emu.state.snapshot()["call_log"])
     async with make(emu.url, limiter=limiter) as c:
-        start = time.monotonic()
         await asyncio.gather(*(c.get_managed_runner("r-set") for _ in range(8)))
-        elapsed = time.monotonic() - start
-    # 2 go at once, the other 6 are spaced 50 ms apart
-    assert elapsed >= 6 / 20 - 0.02
-    times = sorted(c["time"] for c in emu.state.snapshot()["call_log"])
-    assert times[-1] - times[0] >= 6 / 20 - 0.03
+    # 2 go at once, the other 6 wait 50, 100, ... 300 ms (each booked after the one before)
+    assert sorted(slept) == pytest.approx([0.05 * i for i in range(1, 7)])
+    assert len(emu.state.snapshot()["call_log"]) - before == 8
 
 
 def test_default_limiter_is_shared() -> None:

@@ -32,6 +32,7 @@ class Resource:
     path: str                          # e.g. /api/v1/namespaces, /api/v1/pods (cluster-wide)
     label_selector: str | None = None  # filtered server-side
     metadata_only: bool = False        # PartialObjectMetadata: no spec/status on the wire
+    page_decoder: Callable[[bytes], dict] | None = None  # LIST pages' bytes to JSON (None: orjson, in full)
 
     def key(self, obj: dict) -> str:
         meta = obj.get("metadata") or {}
@@ -67,7 +68,8 @@ class Informer:
 
         def fetch(cont: str | None) -> asyncio.Future:
             params = {**self._params(), "limit": str(self.page_size), **({"continue": cont} if cont else {})}
-            return asyncio.ensure_future(self.http.get(self.resource.path, params, headers))
+            return asyncio.ensure_future(self.http.get(self.resource.path, params, headers,
+                                                       decode=self.resource.page_decoder))
 
         pending: asyncio.Future | None = fetch(None)
         try:

@@ -12,7 +12,7 @@ from typing import Callable, Iterable, Iterator
 from ..adapters.quantity import parse_quantity
 from ..api.spec import SandboxNamespaces
 from ..core.grants import Grant, grant_of
-from ..core.pods import PodRecord, decode_pod
+from ..core.pods import PodRecord, container_hazards, decode_pod, resources_key
 from ..core.scope import Matcher, NamespaceInfo, namespace_matches, sandbox_namespaces
 
 
@@ -72,11 +72,26 @@ class PodCache:
     """Sandbox pods as `PodRecord`s (decoded once: resources reduced to hazards), by namespace/name."""
 
     SHARED_LIMIT = 20_000  # distinct shared values kept (annotation sets, creation seconds)
+    HAZARDS_LIMIT = 4_096  # distinct container resources remembered (then forgotten all at once)
 
     def __init__(self) -> None:
         self._pods: dict[tuple[str, str], PodRecord] = {}
         self._by_namespace: dict[str, set[str]] = {}   # namespace -> pod names
         self._shared: dict = {}
+        self._hazards: dict = {}  # resources_key -> hazards
+
+    def _hazards_of(self, containers: list, inits: list) -> frozenset[str]:
+        """Hazards memoized by the pods' container resources: a runner's pods come from a few
+        templates, and judging them was half of decoding a pod (Decimal sums and compares)."""
+        key = resources_key(containers, inits)
+        if key is None:
+            return container_hazards(containers, inits, parse_quantity)
+        found = self._hazards.get(key)
+        if found is None:
+            if len(self._hazards) >= self.HAZARDS_LIMIT:  # a tenant writing distinct resources only churns it
+                self._hazards.clear()
+            found = self._hazards[key] = container_hazards(containers, inits, parse_quantity)
+        return found
 
     def _share(self, value):
         """One stored copy of values many pods have in common (bounded; a miss only costs memory)."""
@@ -93,7 +108,7 @@ class PodCache:
         A DELETED carries the pod as last stored (a relist tombstone has only namespace and name);
         a namesake with a new uid replaces the old pod: DELETED old, then ADDED new.
         """
-        pod = decode_pod(body, parse_quantity, self._share)
+        pod = decode_pod(body, parse_quantity, self._share, self._hazards_of)
         key = pod_key(pod)
         old = self._pods.get(key)
         if event_type == "DELETED":

@@ -17,6 +17,7 @@ from ..adapters.informer import Informer, Resource
 from ..adapters.kube import Kube, load_configuration
 from ..adapters.kubehttp import KubeHTTP
 from ..adapters.ownership import OwnershipStore
+from ..adapters.podwire import PodPageDecoder
 from ..api import keys
 from ..api.events import EventReason
 from . import reconcile, watch
@@ -49,7 +50,8 @@ async def start(logger: logging.Logger, config: Config | None = None) -> Context
     if config.metrics_port:
         await ctx.metrics.serve(config.metrics_port, config.metrics_address)
         logger.info("metrics on %s:%d/metrics", config.metrics_address, config.metrics_port)
-    ctx.pod_informer = Informer(http, Resource("/api/v1/pods", label_selector=keys.SANDBOX_ID_LABEL),
+    ctx.pod_informer = Informer(http, Resource("/api/v1/pods", label_selector=keys.SANDBOX_ID_LABEL,
+                                               page_decoder=PodPageDecoder()),
                                 lambda kind, body: watch.on_pod(ctx, kind, body), ctx.pods.keys,
                                 page_size=config.list_page_size, name="sandbox pod informer")
     ctx.informers = [

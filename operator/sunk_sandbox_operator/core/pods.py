@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from decimal import Decimal
-from typing import Any, Callable
+from typing import Any, Callable, Hashable
 
 from ..api.events import EventReason
 from ..api.keys import ANNOTATION_PREFIX, SANDBOX_ID_LABEL
@@ -137,6 +137,30 @@ def _container_hazards(containers: list[Any], init_containers: list[Any], parse:
     return found
 
 
+def resources_key(containers: list[Any], init_containers: list[Any]) -> Hashable | None:
+    """What `_container_hazards` reads of a pod, as a hashable value: pods with equal keys show the
+    same hazards. Each quantity is keyed with its type (True == 1, but True is not a quantity);
+    None when a value cannot be hashed (hostile input: judged without the memo)."""
+    def one(c: Any) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        requests, limits = _resources(_mapping(c))
+        return (tuple((k, type(v), v) for k, v in requests.items()),
+                tuple((k, type(v), v) for k, v in limits.items()))
+    key = (tuple(one(c) for c in init_containers), tuple(one(c) for c in containers))
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+# Hazards of a pod from its (containers, init containers): the shell may pass a memo of it.
+Hazards = Callable[[list[Any], list[Any]], frozenset[str]]
+
+
+def container_hazards(containers: list[Any], init_containers: list[Any], parse: QuantityParser) -> frozenset[str]:
+    return _interned_hazards(_container_hazards(containers, init_containers, parse))
+
+
 @dataclass(frozen=True, slots=True)
 class PodRecord:
     """What is kept of one sandbox pod: decoded once when it arrives, judged per binding.
@@ -174,11 +198,13 @@ def _str_or_none(v: Any) -> str | None:
     return v if isinstance(v, str) else None
 
 
-def decode_pod(pod: Any, quantity: QuantityParser, share: Callable[[Any], Any] = lambda x: x) -> PodRecord:
+def decode_pod(pod: Any, quantity: QuantityParser, share: Callable[[Any], Any] = lambda x: x,
+               hazards_of: Hazards | None = None) -> PodRecord:
     """The record of a pod object (raw camelCase, as the API server sends it).
 
     `share(value)` returns an equal value already held (the caller's table), so the annotation
-    sets and creation seconds that thousands of pods have in common are stored once."""
+    sets and creation seconds that thousands of pods have in common are stored once;
+    `hazards_of(containers, init_containers)` is `container_hazards` or a memo of it."""
     if not isinstance(pod, Mapping):
         return PodRecord("", "", "", None, None, None, None, None, DEFAULT_GRACE_SECONDS, (), _NO_HAZARDS,
                          error=f"pod must be a mapping, got {type(pod).__name__}")
@@ -194,7 +220,7 @@ def decode_pod(pod: Any, quantity: QuantityParser, share: Callable[[Any], Any] =
         grace = DEFAULT_GRACE_SECONDS
     containers = cs if isinstance(cs := spec.get("containers"), list) else []
     inits = ics if isinstance(ics := spec.get("initContainers"), list) else []
-    hazards = _container_hazards(containers, inits, quantity)
+    hazards = hazards_of(containers, inits) if hazards_of else container_hazards(containers, inits, quantity)
     annotations = share(tuple(sorted((k, v) for k, v in _mapping(meta.get("annotations")).items()
                                      if isinstance(k, str) and k.startswith(ANNOTATION_PREFIX)
                                      and isinstance(v, (str, int, float, bool, type(None))))))
@@ -211,7 +237,7 @@ def decode_pod(pod: Any, quantity: QuantityParser, share: Callable[[Any], Any] =
         node_name=_str_or_none(spec.get("nodeName")),
         grace=grace,
         annotations=annotations,
-        resource_hazards=_interned_hazards(hazards),
+        resource_hazards=hazards,
         error=error,
         sandbox_id=_str_or_none(_mapping(meta.get("labels")).get(SANDBOX_ID_LABEL)),
     )
