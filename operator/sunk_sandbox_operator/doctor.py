@@ -89,7 +89,7 @@ def _selector(text: str, parser: argparse.ArgumentParser, flag: str) -> dict[str
 
 
 def _requests(text: str, parser: argparse.ArgumentParser) -> Any:
-    from .adapters.quantity import parse_quantity
+    from .core.quantity import parse_quantity
     from .core.node_room import Resources
 
     values: dict[str, Any] = {}
@@ -149,13 +149,14 @@ def _settings(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Any:
 async def _observe(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Any:
     from .adapters import doctor as gather
     from .adapters import kube as k
+    from .adapters import kubeconfig
     from .adapters.kubehttp import KubeHTTP
     from .api.spec import parse_spec
     from .render import format_validation_error
 
     tenancy = _settings(args, parser)
     need = _requests(args.sandbox_requests, parser) if args.sandbox_requests else None
-    http = KubeHTTP(k.load_configuration())
+    http = KubeHTTP(kubeconfig.load())
     kube = k.Kube(http)
     try:
         if args.binding:
@@ -198,14 +199,13 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
         given = [f"--{f.replace('_', '-')}" for f in PREREQUISITE_FLAGS if getattr(args, f) is not None]
         if given:
             parser.error(f"{', '.join(given)}: a binding's checks take everything from its spec")
-    from kubernetes.config import ConfigException
-
     from .adapters.kube import KubeError
+    from .adapters.kubeconfig import ConfigError
     from .core import doctor
 
     try:
         obs = asyncio.run(_observe(args, parser))
-    except (KubeError, ConfigException) as exc:  # no kubeconfig, an API server that does not answer
+    except (KubeError, ConfigError) as exc:  # no kubeconfig, an API server that does not answer
         print(f"{parser.prog}: cannot read the cluster: {exc}", file=sys.stderr)
         return 2
     results = doctor.evaluate(obs)

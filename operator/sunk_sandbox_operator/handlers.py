@@ -20,6 +20,11 @@ async def startup(settings: kopf.OperatorSettings, **_) -> None:
     lifecycle.configure(settings)  # the context (memo.ctx) is built before kopf starts: controller/main.py
 
 
+@kopf.on.login()
+def login(memo: kopf.Memo, **_) -> kopf.ConnectionInfo:
+    return lifecycle.login(memo.ctx)
+
+
 @kopf.on.event(*BINDINGS)
 async def binding_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_) -> None:
     lifecycle.binding_event(memo.ctx, event.get("type"), dict(body))

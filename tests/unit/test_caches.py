@@ -7,7 +7,7 @@ import copy
 from sunk_sandbox_operator.api import keys
 from sunk_sandbox_operator.api.spec import LabelSelector, SandboxNamespaces
 from sunk_sandbox_operator.controller import placement, watch
-from sunk_sandbox_operator.adapters.quantity import parse_quantity
+from sunk_sandbox_operator.core.quantity import parse_quantity
 from sunk_sandbox_operator.controller.caches import NamespaceCache, PodCache, pod_key
 from sunk_sandbox_operator.core.placement import GPU_REQUESTED, decode_pod
 
@@ -262,7 +262,7 @@ def test_quantities_are_parsed_once_and_invalid_ones_refused_every_time():
 
     import pytest
 
-    from sunk_sandbox_operator.adapters import quantity
+    from sunk_sandbox_operator.core import quantity
 
     quantity._parse.cache_clear()
     assert quantity.parse_quantity("1Gi") == Decimal(2**30) and quantity.parse_quantity("1Gi") == Decimal(2**30)

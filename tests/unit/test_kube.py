@@ -13,6 +13,7 @@ import pytest
 from sunk_sandbox_operator.adapters import events
 from sunk_sandbox_operator.adapters import kube as k
 from sunk_sandbox_operator.adapters import kubehttp
+from sunk_sandbox_operator.adapters.kubeconfig import Access
 
 from tests.unit.fakes import FakeKube, binding_body
 
@@ -57,11 +58,7 @@ def test_other_statuses_are_api_statuses_and_a_body_without_json_is_kept_short()
 
 
 async def test_a_dropped_connection_is_a_transient_api_status(monkeypatch) -> None:
-    from kubernetes.client.configuration import Configuration
-
-    cfg = Configuration()
-    cfg.host = "http://127.0.0.1:9"  # nothing listens there
-    session = kubehttp.KubeHTTP(cfg)
+    session = kubehttp.KubeHTTP(Access(server="http://127.0.0.1:9", authorization=lambda: None))  # nothing listens
     try:
         with pytest.raises(kubehttp.ApiStatus) as info:
             await session.request("GET", "/api/v1/namespaces", timeout=5)
@@ -308,28 +305,25 @@ async def test_rolebinding_creates_drop_each_answer_at_once() -> None:
     assert most <= io.CONCURRENCY  # never more answers alive than calls in flight
 
 
-def test_the_bearer_token_is_read_through_the_refresh_hook_at_most_every_few_seconds() -> None:
-    """The client's hook reloads a kubeconfig's settings at each call: one value serves
-    AUTH_REUSE_SECONDS, then the hook runs again (a rotated token is picked up)."""
-    from kubernetes.client.configuration import Configuration
-
-    cfg = Configuration()
-    cfg.host = "https://127.0.0.1:6443"
+def test_the_bearer_token_is_asked_for_at_most_every_few_seconds() -> None:
+    """A token file read (or the kubernetes client's hook, which reloads a kubeconfig's settings) at
+    each request would cost: one value serves AUTH_REUSE_SECONDS, then it is asked again (a
+    rotated token is picked up)."""
     tokens = iter(["Bearer one", "Bearer two"])
     calls = []
 
-    def hook(c: Configuration) -> None:
+    def authorization() -> str:
         calls.append(1)
-        c.api_key["authorization"] = next(tokens)
+        return next(tokens)
 
-    cfg.api_key["authorization"] = "Bearer zero"  # as the loaders set it
-    cfg.refresh_api_key_hook = hook
     now = [100.0]
-    session = kubehttp.KubeHTTP(cfg, monotonic=lambda: now[0])
+    session = kubehttp.KubeHTTP(Access(server="https://127.0.0.1:6443", authorization=authorization,
+                                       insecure=True), monotonic=lambda: now[0])
     assert session._headers(None)["Authorization"] == "Bearer one"
     now[0] += kubehttp.AUTH_REUSE_SECONDS - 0.1
     assert session._headers({"Accept": "x"}) == {"Accept": "x", "User-Agent": "sunk-sandbox-operator",
                                                  "Authorization": "Bearer one"} and len(calls) == 1
     now[0] += 0.1
     assert session._headers(None)["Authorization"] == "Bearer two" and len(calls) == 2
-    assert "Authorization" not in kubehttp.KubeHTTP(Configuration())._headers(None)  # no token: none sent
+    no_token = Access(server="https://127.0.0.1:6443", authorization=lambda: None, insecure=True)
+    assert "Authorization" not in kubehttp.KubeHTTP(no_token)._headers(None)  # no token: none sent

@@ -28,7 +28,7 @@ from ..core.scheduler import Discovery, discover, scheduler_conf_location
 from . import grants, kube as k
 from .bounded import gather_bounded
 from . import slurmrest as sr
-from .quantity import parse_quantity
+from ..core.quantity import parse_quantity
 from .runnerapi import client as rc
 
 CONCURRENCY = 8

@@ -1,7 +1,7 @@
 """Kubernetes access: raw camelCase dicts in and out, typed errors, nothing decided here.
 
 Every call is one REST request on the event loop through the operator's HTTP session
-(adapters/kubehttp.py: aiohttp, authenticated from the kubernetes client's `Configuration`), so
+(adapters/kubehttp.py: aiohttp, authenticated from adapters/kubeconfig.py's `Access`), so
 the core sees exactly what the API server sent (camelCase), as in tests and fixtures. The
 generated API classes are not used: instantiating the six the operator needed imported 317 model
 modules, about 27 MiB of the process. One `Kube` is built at start-up and handed around in the
@@ -11,11 +11,7 @@ controller context (no module-level client).
 from __future__ import annotations
 
 import base64
-import os
 from typing import Any, Callable, Mapping, Protocol
-
-import kubernetes.config
-from kubernetes.client.configuration import Configuration
 
 from ..api import keys
 
@@ -101,16 +97,6 @@ class KubeAPI(Protocol):
     async def get_lease(self, namespace: str, name: str) -> dict[str, Any]: ...
     async def create_lease(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]: ...
     async def replace_lease(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]: ...
-
-
-def load_configuration() -> Configuration:
-    """In-cluster credentials in a pod, else KUBECONFIG."""
-    cfg = Configuration()
-    if os.environ.get("KUBERNETES_SERVICE_HOST") and not os.environ.get("KUBECONFIG"):
-        kubernetes.config.load_incluster_config(client_configuration=cfg)
-    else:
-        kubernetes.config.load_kube_config(client_configuration=cfg)
-    return cfg
 
 
 def ns_path(namespace: str, plural: str, name: str = "", group: str = "", version: str = "v1") -> str:

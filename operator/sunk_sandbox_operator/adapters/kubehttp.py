@@ -1,23 +1,21 @@
 """The operator's Kubernetes HTTP session: aiohttp, authenticated like the kubernetes client.
 
 Every request the operator makes goes through it: the informers' paginated LISTs and WATCHes and
-each read and write of adapters/kube.py. It reuses the client's `Configuration` (server, CA,
-client certificate, bearer token — refreshed through its hook, so a rotated in-cluster token is
+each read and write of adapters/kube.py. It takes an `Access` (adapters/kubeconfig.py: server, CA,
+client certificate, bearer token — read again every few seconds, so a rotated in-cluster token is
 picked up) and hands back parsed JSON; API statuses become the typed errors of adapters/kube.py,
 a dropped connection an `ApiStatus` 503 (transient, retried by the caller).
 """
 
 from __future__ import annotations
 
-import ssl
 import time
 from typing import Any, AsyncIterator, Callable, Mapping
 
 import aiohttp
 import orjson  # parses watch events and LIST pages 3-4x faster than json: the pod watch's main cost
-from kubernetes.client.configuration import Configuration
-
 from . import kube as k
+from .kubeconfig import Access
 
 
 class ApiStatus(k.KubeError):
@@ -28,27 +26,18 @@ class ApiStatus(k.KubeError):
         self.code, self.message = code, message
 
 
-def _ssl_context(cfg: Configuration) -> ssl.SSLContext | bool:
-    if not cfg.verify_ssl:
-        return False
-    ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert) if cfg.ssl_ca_cert else ssl.create_default_context()
-    if cfg.cert_file:
-        ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
-    return ctx
-
-
-# Seconds one Authorization value serves before the client's refresh hook runs again: with a
-# kubeconfig the hook reloads the whole file's settings at every call (75 µs, 0.45 CPU-s of the
-# 5,000 RoleBinding creates at start). A rotated token is picked up within this; the one it
-# replaces stays valid longer (projected tokens are refreshed at 80 % of their lifetime).
+# Seconds one Authorization value serves before it is asked again (a token file read; with the
+# kubernetes client's loader, its refresh hook, which reloads the whole kubeconfig: 75 µs, 0.45
+# CPU-s of the 5,000 RoleBinding creates at start). A rotated token is picked up within this; the
+# one it replaces stays valid longer (projected tokens are refreshed at 80 % of their lifetime).
 AUTH_REUSE_SECONDS = 10.0
 
 
 class KubeHTTP:
-    def __init__(self, cfg: Configuration, monotonic: Callable[[], float] = time.monotonic) -> None:
-        self.cfg = cfg
-        self.base = cfg.host.rstrip("/")
-        self._ssl = _ssl_context(cfg)
+    def __init__(self, access: Access, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.access = access
+        self.base = access.server.rstrip("/")
+        self._ssl = access.ssl_context()
         self._session: aiohttp.ClientSession | None = None
         self._monotonic = monotonic
         self._auth: tuple[float, str | None] | None = None  # (when read, the Authorization value)
@@ -56,8 +45,7 @@ class KubeHTTP:
     def _authorization(self) -> str | None:
         now = self._monotonic()
         if self._auth is None or now - self._auth[0] >= AUTH_REUSE_SECONDS:
-            auth = self.cfg.auth_settings().get("BearerToken")
-            self._auth = (now, (auth.get("value") or None) if auth else None)
+            self._auth = (now, self.access.authorization())
         return self._auth[1]
 
     def _headers(self, extra: Mapping[str, str] | None) -> dict[str, str]:

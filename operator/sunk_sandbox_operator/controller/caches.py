@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Callable, Iterable, Iterator
 
-from ..adapters.quantity import parse_quantity
+from ..core.quantity import parse_quantity
 from ..api.spec import SandboxNamespaces
 from ..core.grants import Grant, grant_of
 from ..core.pods import PodRecord, container_hazards, decode_pod, resources_key

@@ -14,7 +14,8 @@ import random
 import kopf
 
 from ..adapters.informer import Informer, Resource
-from ..adapters.kube import Kube, load_configuration
+from ..adapters import kubeconfig
+from ..adapters.kube import Kube
 from ..adapters.kubehttp import KubeHTTP
 from ..adapters.ownership import OwnershipStore
 from ..adapters.podwire import PodPageDecoder
@@ -39,11 +40,23 @@ def configure(settings: kopf.OperatorSettings) -> None:
     settings.execution.max_workers = 16
 
 
+def login(ctx: Context) -> kopf.ConnectionInfo:
+    """kopf's credentials: the operator session's own (one source; kopf asks again after a 401)."""
+    if ctx.http is None:
+        raise kopf.LoginError("the operator's session is not started (lifecycle.start)")
+    access = ctx.http.access
+    scheme, _, token = (access.authorization() or "").partition(" ")
+    return kopf.ConnectionInfo(
+        server=access.server, ca_path=access.ca_file, ca_data=access.ca_data, insecure=access.insecure,
+        scheme=scheme or None, token=token or None, certificate_path=access.cert_file,
+        private_key_path=access.key_file, certificate_data=access.cert_data, private_key_data=access.key_data)
+
+
 async def start(logger: logging.Logger, config: Config | None = None) -> Context:
     """Build the context and start the Namespace and sandbox-Pod informers (our own LIST + WATCH:
     kopf keeps only the bindings, so no per-object kopf machinery runs for 50,000 pods)."""
     config = config or load()
-    http = KubeHTTP(load_configuration())  # one session for every request the operator makes
+    http = KubeHTTP(kubeconfig.load())  # one session for every request the operator makes (and kopf's login)
     kube = Kube(http)
     ctx = Context(config=config, kube=kube, failpoints=Failpoints(config.failpoints),
                   ownership=OwnershipStore(kube, config.operator_namespace))

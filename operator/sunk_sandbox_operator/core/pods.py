@@ -35,8 +35,8 @@ _NO_HAZARDS: frozenset[str] = frozenset()
 
 # ---------------------------------------------------------------- quantities
 
-# Quantities are parsed by the caller's parser (the shell passes kubernetes.utils' one, wrapped
-# to reject what apimachinery rejects): `Decimal` out, ValueError on anything invalid.
+# Quantities are parsed by the caller's parser (the shell passes core.quantity's, apimachinery's
+# grammar, memoized): `Decimal` out, ValueError on anything invalid.
 QuantityParser = Callable[[Any], Decimal]
 
 
