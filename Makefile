@@ -92,6 +92,14 @@ SCALE ?=
 bench-scale: binaries
 	PYTHONPATH=operator $(BIN)/python -m tests.bench.scale $(SCALE)
 
+# Start figures move by a second from one control plane to the next: compare code on one cluster,
+# the operator started again and again from each source tree in turn (a checkout's root), e.g.
+#   git worktree add /tmp/base HEAD~1 && make bench-starts STARTS="--grant --tree /tmp/base --tree ."
+STARTS ?=
+.PHONY: bench-starts
+bench-starts: binaries
+	PYTHONPATH=operator $(BIN)/python -m tests.bench.starts $(STARTS)
+
 # Crash chaos: SIGKILL the operator at random moments under a workload, then convergence, lost
 # admin edits, leaks and an exact Restore (figures, FAIL lines; ~10 min with 50 kills):
 #   make chaos CHAOS="--kills 50 --seed 1"

@@ -21,7 +21,7 @@ async def startup(settings: kopf.OperatorSettings, **_) -> None:
 
 
 @kopf.on.login()
-def login(memo: kopf.Memo, **_) -> kopf.ConnectionInfo:
+async def login(memo: kopf.Memo, **_) -> kopf.ConnectionInfo:
     return lifecycle.login(memo.ctx)
 
 

@@ -12,17 +12,21 @@ from types import SimpleNamespace
 import kopf
 import pytest
 
+from sunk_sandbox_operator.adapters.metrics import Metrics
 from sunk_sandbox_operator.controller import main
 from sunk_sandbox_operator.controller.config import load
 
 
 class FakeElector:
+    """Tells `on_change` as the real one does: acquired, then released."""
+
     released: list[bool] = []
 
-    def __init__(self, *args, **kwargs) -> None:
-        pass
+    def __init__(self, *args, on_change=None, **kwargs) -> None:
+        self.on_change = on_change or (lambda leading: None)
 
     async def acquire(self) -> bool:
+        self.on_change(True)
         return True
 
     async def hold(self, close_gate) -> None:
@@ -30,15 +34,17 @@ class FakeElector:
 
     async def release(self) -> None:
         self.released.append(True)
+        self.on_change(False)
 
 
 @pytest.fixture
 def shell(monkeypatch):
     """`run` with fake caches, webhook and Lease; `kopf` is what the test's kopf.operator does."""
     stopped: list[bool] = []
+    metrics = Metrics()
 
     async def start(logger, config):
-        return SimpleNamespace(kube=SimpleNamespace(), informers=[], reset_bindings=lambda: None)
+        return SimpleNamespace(kube=SimpleNamespace(), informers=[], reset_bindings=lambda: None, metrics=metrics)
 
     async def nothing(*args, **kwargs):
         return None
@@ -58,6 +64,7 @@ def shell(monkeypatch):
         return asyncio.run(main.run(None, load()))
     with_kopf.stopped = stopped  # type: ignore[attr-defined]
     with_kopf.released = lambda: FakeElector.released  # type: ignore[attr-defined]
+    with_kopf.leader = lambda: metrics.registry.get_sample_value("ssb_leader")  # type: ignore[attr-defined]
     return with_kopf
 
 
@@ -72,3 +79,13 @@ def test_kopf_stopping_on_a_signal_exits_0(shell) -> None:
     async def stops(**kwargs):
         return None  # kopf took SIGTERM and returned
     assert shell(stops) == 0
+
+
+def test_ssb_leader_is_1_while_this_replica_leads_and_0_once_it_released_the_lease(shell) -> None:
+    seen = []
+
+    async def leads(**kwargs):
+        seen.append(shell.leader())
+    assert shell.leader() == 0  # a standby, or not started
+    assert shell(leads) == 0
+    assert seen == [1] and shell.leader() == 0

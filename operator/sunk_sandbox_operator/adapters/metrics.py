@@ -101,6 +101,8 @@ class Metrics:
         self.slurm_pollers = Gauge("ssb_slurm_pollers", "Running job-list pollers (one per slurmrestd URL and user, "
                                    "shared by every binding naming them).", registry=r)
         self.slurm_jobs = Gauge("ssb_slurm_jobs", "Jobs in the job lists the pollers hold.", registry=r)
+        self.leader = Gauge("ssb_leader", "1 while this replica holds the leader Lease (it alone writes), else 0.",
+                            registry=r)
         self.scope_sync_latency = Histogram(
             "ssb_scope_sync_latency_seconds", "From a namespace event to the scope target holding it.",
             buckets=(0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0), registry=r)

@@ -22,6 +22,7 @@ import kopf
 from ..adapters import health
 from . import admission, lifecycle, reconcile
 from .config import Config, load
+from .context import Context
 from .leader import LeaderElector, new_identity
 
 log = logging.getLogger("sunk_sandbox_operator")
@@ -53,7 +54,7 @@ async def run(liveness: str | None, config: Config | None = None) -> int:
     elector = LeaderElector(ctx.kube, config.operator_namespace, identity=new_identity(),
                             lease_duration=config.lease_duration_seconds, renew_deadline=config.renew_deadline_seconds,
                             retry_period=config.retry_period_seconds, standby_poll=config.standby_poll_seconds,
-                            on_change=lambda now: log.info("leadership %s", "acquired" if now else "lost"))
+                            on_change=lambda now: _leadership(ctx, now))
     try:
         while not shutdown.is_set():
             if not await _first(elector.acquire(), shutdown.wait()):
@@ -92,6 +93,11 @@ async def run(liveness: str | None, config: Config | None = None) -> int:
             await webhook.stop()
         await lifecycle.stop(ctx)
     return 1 if failed else 0
+
+
+def _leadership(ctx: Context, leading: bool) -> None:
+    ctx.metrics.leader.set(1 if leading else 0)
+    log.info("leadership %s", "acquired" if leading else "lost")
 
 
 async def _first(work, stop) -> bool:
