@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import json
 import multiprocessing
 import os
@@ -42,7 +43,7 @@ import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 from tests.conftest import FAST_RESYNC, LOOPBACK_API, OPERATOR_NS, OPERATOR_SA, Kube, install_manifests, wait_for
 
@@ -327,6 +328,57 @@ def prepare_slurm_ns(kube: Kube) -> None:
     create_token_secret(kube, SLURM_NS)
 
 
+@contextlib.contextmanager
+def bench_cluster(workers: int) -> Iterator[tuple[Any, Kube, Bulk, Any]]:
+    """A fresh control plane with the shipped manifests, the admin's bulk client (`workers` calls at
+    a time) and the runner API emulator: (cluster, kube, bulk, emulator), all stopped at exit."""
+    from sunk_sandbox_devtools import devcluster
+    from sunk_sandbox_operator.adapters.runnerapi.emulator import EmulatorState, running_emulator
+    from tests.integration.conftest import ADMIN_TOKEN
+
+    cluster = devcluster.temp_cluster()
+    bulk = None
+    try:
+        kube = Kube(cluster)
+        install(kube)
+        bulk = Bulk(kube, workers)
+        with running_emulator(EmulatorState(admin_tokens={ADMIN_TOKEN})) as emulator:
+            yield cluster, kube, bulk, emulator
+    finally:
+        if bulk is not None:
+            bulk.close()
+        cluster.stop()
+
+
+def populate(kube: Kube, bulk: Bulk, emulator, namespaces: int, pods: int) -> tuple[str, list[str]]:
+    """What every start is measured on: the token Secret, the scheduler, one runner, `namespaces`
+    namespaces (half `ds-*` matching) and `pods` sandbox pods spread over the matching ones.
+    Returns the runner's id and the matching namespaces."""
+    from tests.integration.conftest import make_scheduler, new_runner
+
+    prepare_slurm_ns(kube)
+    make_scheduler(kube, SLURM_NS, name=SCHEDULER_NAME, scope_namespaces=[SLURM_NS])
+    runner_id = new_runner(emulator, {})
+    half = namespaces // 2
+    matching = [f"ds-{i:05d}" for i in range(half)]
+    t = time.monotonic()
+    bulk.namespaces(matching, MATCH_LABELS)
+    bulk.namespaces([f"other-{i:05d}" for i in range(namespaces - half)], None)
+    log(f"{namespaces} namespaces created in {time.monotonic() - t:.1f}s")
+    t = time.monotonic()
+    bulk.pods(spread([f"sbx-{i:06d}" for i in range(pods)], matching))
+    log(f"{pods} sandbox pods created in {time.monotonic() - t:.1f}s")
+    return runner_id, matching
+
+
+def scale_spec(runner_id: str, emulator, grant: bool) -> dict:
+    """The measured binding: the matching namespaces by label; with `grant`, the README example."""
+    from tests.integration.conftest import binding_spec
+
+    scope = {"alwaysInclude": [SLURM_NS], **({"grantClusterRole": "sunk-scheduler-sandbox"} if grant else {})}
+    return binding_spec(runner_id, emulator, sandboxNamespaces={"selector": {"matchLabels": MATCH_LABELS}}, scope=scope)
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
@@ -540,42 +592,22 @@ def main(argv: list[str] | None = None) -> int:
                         "sunk-scheduler-sandbox (one RoleBinding per matching namespace)")
     args = parser.parse_args(argv)
 
-    from sunk_sandbox_devtools import devcluster
     from sunk_sandbox_devtools.devcluster import OperatorProcess
-    from sunk_sandbox_operator.adapters.runnerapi.emulator import EmulatorState, running_emulator
-    from tests.integration.conftest import ADMIN_TOKEN, binding_spec, make_scheduler, new_runner
 
     wall0 = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="ssb-scale-"))
     cells: dict[str, object] = {}
     top_churn: list[str] = []
-    cluster = operator = bare = bulk = None
+    operator = bare = None
     final_mem: dict[str, int] = {}
     mp = multiprocessing.get_context("spawn")
     stop_bare = mp.Event()
-    try:
-        cluster = devcluster.temp_cluster()
-        kube = Kube(cluster)
-        install(kube)
-        bulk = Bulk(kube, args.workers)
-        with running_emulator(EmulatorState(admin_tokens={ADMIN_TOKEN})) as emulator:
-            prepare_slurm_ns(kube)
-            make_scheduler(kube, SLURM_NS, name=SCHEDULER_NAME, scope_namespaces=[SLURM_NS])
-            runner_id = new_runner(emulator, {})
+    with bench_cluster(args.workers) as (cluster, kube, bulk, emulator):
+        try:
             kube.create_namespace(BARE_NS)
             kube.core.create_namespaced_config_map(BARE_NS, {"metadata": {"name": BARE_CM},
                                                              "data": {KEY: BARE_DOC}})
-
-            half = args.namespaces // 2
-            matching = [f"ds-{i:05d}" for i in range(half)]
-            other = [f"other-{i:05d}" for i in range(args.namespaces - half)]
-            t = time.monotonic()
-            bulk.namespaces(matching, MATCH_LABELS)
-            bulk.namespaces(other, None)
-            log(f"{args.namespaces} namespaces created in {time.monotonic() - t:.1f}s")
-            t = time.monotonic()
-            bulk.pods(spread([f"sbx-{i:06d}" for i in range(args.pods)], matching))
-            log(f"{args.pods} sandbox pods created in {time.monotonic() - t:.1f}s")
+            runner_id, matching = populate(kube, bulk, emulator, args.namespaces, args.pods)
 
             ready = mp.Event()
             bare = mp.Process(target=bare_loop, args=(str(cluster.kubeconfig), ready, stop_bare), daemon=True)
@@ -589,10 +621,7 @@ def main(argv: list[str] | None = None) -> int:
             # The shipped settings: --log-format=json, no --verbose.
             operator = OperatorProcess(kubeconfig, work / "operator.log", args=("--log-format=json",),
                                        env={"SSB_STATUS_MIN_INTERVAL_SECONDS": "2", **LOOPBACK_API, **FAST_RESYNC}, timeout=120, verbose=False)
-            scope = {"alwaysInclude": [SLURM_NS], **({"grantClusterRole": "sunk-scheduler-sandbox"} if args.grant else {})}
-            spec = binding_spec(runner_id, emulator, sandboxNamespaces={"selector": {"matchLabels": MATCH_LABELS}},
-                                scope=scope)
-            kube.create_binding(SLURM_NS, BINDING, spec)
+            kube.create_binding(SLURM_NS, BINDING, scale_spec(runner_id, emulator, args.grant))
 
             phases = [
                 ("start", lambda: phase_start(kube, operator, started, args.pods, 60 + args.pods / 250)),
@@ -624,19 +653,15 @@ def main(argv: list[str] | None = None) -> int:
                 elif name == "churn" and isinstance(cells[name], tuple):
                     cells[name], top_churn = cells[name]
             final_mem = memory_kib(operator.proc.pid) if operator.proc.poll() is None else {}
-    finally:
-        stop_bare.set()
-        if bare is not None:
-            bare.join(5)
-            if bare.is_alive():
-                bare.terminate()
+        finally:
+            stop_bare.set()
+            if bare is not None:
                 bare.join(5)
-        if operator is not None:
-            operator.stop()
-        if bulk is not None:
-            bulk.close()
-        if cluster is not None:
-            cluster.stop()
+                if bare.is_alive():
+                    bare.terminate()
+                    bare.join(5)
+            if operator is not None:
+                operator.stop()
 
     def pick(name: str, i: int | None = None) -> str:
         v = cells.get(name, "not run")

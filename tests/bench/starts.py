@@ -26,8 +26,8 @@ import time
 import traceback
 from pathlib import Path
 
-from tests.bench.scale import (BINDING, MATCH_LABELS, SCHEDULER_NAME, SLURM_NS, Bulk, cpu_seconds, install, log,
-                               memory_kib, phase_start, prepare_slurm_ns, spread)
+from tests.bench.scale import (BINDING, SLURM_NS, bench_cluster, cpu_seconds, log, memory_kib, phase_start, populate,
+                               scale_spec)
 from tests.conftest import FAST_RESYNC, LOOPBACK_API, OPERATOR_NS, OPERATOR_SA, Kube, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -75,54 +75,28 @@ def main(argv: list[str] | None = None) -> int:
         if not (tree / "operator" / "sunk_sandbox_operator" / "__main__.py").is_file():
             parser.error(f"--tree {tree}: no operator/sunk_sandbox_operator there")
 
-    from sunk_sandbox_devtools import devcluster
-    from sunk_sandbox_operator.adapters.runnerapi.emulator import EmulatorState, running_emulator
-    from tests.integration.conftest import ADMIN_TOKEN, binding_spec, make_scheduler, new_runner
-
     work = Path(tempfile.mkdtemp(prefix="ssb-starts-"))
     results: dict[Path, list[dict]] = {t: [] for t in trees}
-    cluster = bulk = None
-    try:
-        cluster = devcluster.temp_cluster()
-        kube = Kube(cluster)
-        install(kube)
-        bulk = Bulk(kube, args.workers)
-        with running_emulator(EmulatorState(admin_tokens={ADMIN_TOKEN})) as emulator:
-            prepare_slurm_ns(kube)
-            make_scheduler(kube, SLURM_NS, name=SCHEDULER_NAME, scope_namespaces=[SLURM_NS])
-            runner_id = new_runner(emulator, {})
-            half = args.namespaces // 2
-            matching = [f"ds-{i:05d}" for i in range(half)]
-            t = time.monotonic()
-            bulk.namespaces(matching, MATCH_LABELS)
-            bulk.namespaces([f"other-{i:05d}" for i in range(args.namespaces - half)], None)
-            bulk.pods(spread([f"sbx-{i:06d}" for i in range(args.pods)], matching))
-            log(f"{args.namespaces} namespaces and {args.pods} pods created in {time.monotonic() - t:.1f}s")
-            kubeconfig = cluster.service_account_kubeconfig(OPERATOR_NS, OPERATOR_SA, work / "operator.kubeconfig")
-            scope = {"alwaysInclude": [SLURM_NS], **({"grantClusterRole": "sunk-scheduler-sandbox"} if args.grant else {})}
-            spec = binding_spec(runner_id, emulator, sandboxNamespaces={"selector": {"matchLabels": MATCH_LABELS}},
-                                scope=scope)
-            n = 0
-            for r in range(args.rounds):
-                for tree in trees if r % 2 == 0 else trees[::-1]:
-                    n += 1
-                    path = work / f"operator-{n}.log"
-                    try:
-                        out = one_start(kube, tree, kubeconfig, path, spec, args.pods)
-                    except Exception as exc:
-                        traceback.print_exc()
-                        out = {"start": f"failed: {type(exc).__name__}: {str(exc)[:120]}", "wall": None}
-                    out.update(round=r + 1, first=(n == 1), log=path)
-                    results[tree].append(out)
-                    log(f"round {r + 1}, {tree}: {out['start']}; VmHWM {out.get('hwm', 0):.1f} MiB")
-                    if args.grant:
-                        wait_for(lambda: _ours(kube) == 0, 180, lambda: "RoleBindings left after the finalizer",
-                                 interval=1.0)
-    finally:
-        if bulk is not None:
-            bulk.close()
-        if cluster is not None:
-            cluster.stop()
+    with bench_cluster(args.workers) as (cluster, kube, bulk, emulator):
+        runner_id, _ = populate(kube, bulk, emulator, args.namespaces, args.pods)
+        kubeconfig = cluster.service_account_kubeconfig(OPERATOR_NS, OPERATOR_SA, work / "operator.kubeconfig")
+        spec = scale_spec(runner_id, emulator, args.grant)
+        n = 0
+        for r in range(args.rounds):
+            for tree in trees if r % 2 == 0 else trees[::-1]:
+                n += 1
+                path = work / f"operator-{n}.log"
+                try:
+                    out = one_start(kube, tree, kubeconfig, path, spec, args.pods)
+                except Exception as exc:
+                    traceback.print_exc()
+                    out = {"start": f"failed: {type(exc).__name__}: {str(exc)[:120]}", "wall": None}
+                out.update(round=r + 1, first=(n == 1), log=path)
+                results[tree].append(out)
+                log(f"round {r + 1}, {tree}: {out['start']}; VmHWM {out.get('hwm', 0):.1f} MiB")
+                if args.grant:
+                    wait_for(lambda: _ours(kube) == 0, 180, lambda: "RoleBindings left after the finalizer",
+                             interval=1.0)
 
     print()
     print(f"same-cluster starts: {args.namespaces} namespaces ({args.namespaces // 2} matching), {args.pods} "
