@@ -2,8 +2,8 @@
 
 The operator's HTTP session (adapters/kubehttp.py) and kopf's login need only a server, a CA, a
 client certificate and a bearer token. They are read here, without the kubernetes client, for the
-in-cluster ServiceAccount and for kubeconfig entries made only of those fields: importing the
-client's loaders imports the whole client (900 model modules: 0.3 CPU-s and 19 MiB of the start).
+in-cluster ServiceAccount and for kubeconfig entries made only of those fields: the operator that
+never imports the client starts with 0.17 CPU-s and 10 MiB less (`__main__.import_kopf`).
 Any other entry (an exec plugin, an auth-provider, basic auth, a proxy, a TLS server name, several
 files in KUBECONFIG) goes to the client's own loader, imported then, so every kubeconfig works as
 it did before.

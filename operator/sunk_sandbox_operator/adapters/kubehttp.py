@@ -14,6 +14,7 @@ from typing import Any, AsyncIterator, Callable, Mapping
 
 import aiohttp
 import orjson  # parses watch events and LIST pages 3-4x faster than json: the pod watch's main cost
+
 from . import kube as k
 from .kubeconfig import Access
 
