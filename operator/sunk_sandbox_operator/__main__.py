@@ -98,12 +98,17 @@ def _run(argv: list[str]) -> int:
     import asyncio
 
     from . import handlers  # noqa: F401  (registers the handlers)
+    from .adapters.kubeconfig import ConfigError
     from .controller import main
     from .controller.context import limit_malloc_arenas
 
     limit_malloc_arenas()
-
-    return asyncio.run(main.run(args.liveness))
+    try:
+        return asyncio.run(main.run(args.liveness))
+    except ConfigError as exc:  # before anything started: said in one line, not a traceback
+        print(f"{parser.prog}: no credentials for the API server: {exc} (in a pod: the ServiceAccount token, "
+              "automountServiceAccountToken; elsewhere: KUBECONFIG or ~/.kube/config)", file=sys.stderr)
+        return 2
 
 
 def import_kopf() -> Any:

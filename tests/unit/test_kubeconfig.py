@@ -245,3 +245,12 @@ def test_kopf_logs_in_with_the_session_credentials(tmp_path: Path) -> None:
     ctx.http = None
     with pytest.raises(kopf.LoginError):
         lifecycle.login(ctx)  # type: ignore[arg-type]
+
+
+def test_run_without_credentials_says_so_in_one_line_and_exits_2(tmp_path: Path) -> None:
+    out = subprocess.run([sys.executable, "-m", "sunk_sandbox_operator", "run"], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=120, env={"PYTHONPATH": str(ROOT / "operator"), "PATH": "/usr/bin:/bin",
+                                                      "HOME": str(tmp_path), "KUBECONFIG": str(tmp_path / "absent")})
+    assert out.returncode == 2, out.stderr[-3000:]
+    assert "Traceback" not in out.stderr and out.stderr.count("\n") == 1, out.stderr
+    assert f"cannot read the kubeconfig {tmp_path / 'absent'}" in out.stderr and "KUBECONFIG" in out.stderr
