@@ -54,9 +54,10 @@ def b64(data: bytes) -> str:
 def test_a_static_token_and_ca_data(tmp_path: Path) -> None:
     cert, _ = self_signed(tmp_path)
     access = from_kubeconfig(doc({"server": "https://10.0.0.1:6443/", "certificate-authority-data": b64(cert)},
-                                 {"token": "abc"}), tmp_path)
+                                 {"token": "Tok3nZ"}), tmp_path)
     assert access is not None
-    assert access.server == "https://10.0.0.1:6443" and access.authorization() == "Bearer abc"
+    assert access.server == "https://10.0.0.1:6443" and access.authorization() == "Bearer Tok3nZ"
+    assert "Tok3nZ" not in repr(access)  # the token is behind a function
     assert access.ca_data == cert.decode() and access.ca_file is None and not access.insecure
     ctx = access.ssl_context()
     assert not isinstance(ctx, bool) and ctx.get_ca_certs()[0]["subject"] == ((("commonName", "ssb-test"),),)
@@ -78,6 +79,7 @@ def test_client_certificates_from_data_and_from_files(tmp_path: Path) -> None:
                                  {"client-certificate-data": b64(cert), "client-key-data": b64(key)}), tmp_path)
     assert access is not None and access.cert_data == cert and access.key_data == key
     assert access.authorization() is None
+    assert "PRIVATE KEY" not in repr(access) and b64(key) not in repr(access)  # never in a log line
     assert not isinstance(access.ssl_context(), bool)  # the chain loads (through a private temporary directory)
     (tmp_path / "c.crt").write_bytes(cert)
     (tmp_path / "c.key").write_bytes(key)

@@ -19,7 +19,7 @@ import binascii
 import os
 import ssl
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -52,8 +52,8 @@ class Access:
     insecure: bool = False
     cert_file: str | None = None
     key_file: str | None = None
-    cert_data: bytes | None = None   # PEM
-    key_data: bytes | None = None    # PEM
+    cert_data: bytes | None = field(default=None, repr=False)  # PEM
+    key_data: bytes | None = field(default=None, repr=False)   # PEM: a secret, never in a repr or a log
 
     def ssl_context(self) -> ssl.SSLContext | bool:
         """What aiohttp takes: False to skip verification (insecure-skip-tls-verify), else a context."""
