@@ -416,7 +416,8 @@ def mib(kib: int | None) -> str:
 # ---------------------------------------------------------------- phases
 
 
-def phase_start(kube: Kube, operator, started: float, pods: int, timeout: float) -> tuple[str, str]:
+def phase_start(kube: Kube, operator, started: float, pods: int, timeout: float) -> tuple[str, str, float | None]:
+    """(memory, the start's cell, its seconds: None when not reached)."""
     synced_at = pods_at = None
     status: dict = {}
     deadline = time.monotonic() + timeout
@@ -442,9 +443,10 @@ def phase_start(kube: Kube, operator, started: float, pods: int, timeout: float)
         observed = (status.get("placement") or {}).get("podsObserved")
         return (rss + f" at the {timeout:.0f} s timeout",
                 f"not reached in {timeout:.0f} s (ScopeSynced {fmt(synced_at)}, podsObserved {observed}/{pods}); "
-                f"{cpu:.1f} CPU-s")
-    return rss, (f"{max(synced_at, pods_at) - started:.1f} s (ScopeSynced {fmt(synced_at)}, all {pods} pods "
-                 f"{fmt(pods_at)}); {cpu:.1f} CPU-s")
+                f"{cpu:.1f} CPU-s", None)
+    seconds = max(synced_at, pods_at) - started
+    return rss, (f"{seconds:.1f} s (ScopeSynced {fmt(synced_at)}, all {pods} pods "
+                 f"{fmt(pods_at)}); {cpu:.1f} CPU-s"), seconds
 
 
 def phase_burst(kube: Kube, bulk: Bulk, operator, n: int) -> tuple[str, str, str]:

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from tests.bench.scale import (BINDING, SLURM_NS, bench_cluster, cpu_seconds, log, memory_kib, phase_start, populate,
                                scale_spec)
+from sunk_sandbox_operator.api.keys import BINDING_LABEL
 from tests.conftest import FAST_RESYNC, LOOPBACK_API, OPERATOR_NS, OPERATOR_SA, Kube, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,21 +43,20 @@ def one_start(kube: Kube, tree: Path, kubeconfig: Path, log_path: Path, spec: di
                                     **LOOPBACK_API, **FAST_RESYNC})
     try:
         kube.create_binding(SLURM_NS, BINDING, spec)
-        mem, text = phase_start(kube, operator, started, pods, 60 + pods / 250)
-        out = {"start": text, "rss": mem, "cpu": cpu_seconds(operator.proc.pid),
+        _, text, seconds = phase_start(kube, operator, started, pods, 60 + pods / 250)
+        out = {"start": text, "wall": seconds, "cpu": cpu_seconds(operator.proc.pid),
                "hwm": memory_kib(operator.proc.pid).get("VmHWM", 0) / 1024}
-        head = text.split(" s ", 1)[0]
-        out["wall"] = float(head) if head.replace(".", "", 1).isdigit() else None
         kube.custom.delete_namespaced_custom_object("sunksandbox.dev", "v1alpha1", SLURM_NS, "sunksandboxbindings",
                                                     BINDING)
-        wait_for(lambda: not kube.binding_exists(SLURM_NS, BINDING), 180, lambda: "the binding was not finalized in 180 s", interval=0.5)
+        wait_for(lambda: not kube.binding_exists(SLURM_NS, BINDING), 180,
+                 lambda: "the binding was not finalized in 180 s", interval=0.5)
         return out
     finally:
         operator.stop()
 
 
 def _ours(kube: Kube) -> int:
-    return len(kube.rbac.list_role_binding_for_all_namespaces(label_selector="sunksandbox.dev/binding").items)
+    return len(kube.rbac.list_role_binding_for_all_namespaces(label_selector=BINDING_LABEL).items)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
                 except Exception as exc:
                     traceback.print_exc()
                     out = {"start": f"failed: {type(exc).__name__}: {str(exc)[:120]}", "wall": None}
-                out.update(round=r + 1, first=(n == 1), log=path)
+                out["first"] = n == 1
                 results[tree].append(out)
                 log(f"round {r + 1}, {tree}: {out['start']}; VmHWM {out.get('hwm', 0):.1f} MiB")
                 if args.grant:

@@ -122,37 +122,35 @@ def from_kubeconfig(doc: Any, base: Path) -> Access | None:
     if ("client-certificate" in user or "client-certificate-data" in user) != \
             ("client-key" in user or "client-key-data" in user):
         return None
-    token = user.get("token")
-    token_file = _path(base, user.get("tokenFile"))
+    token, token_file = user.get("token"), _path(base, user.get("tokenFile"))
     if token is not None and not isinstance(token, str):
         return None
     if token:
-        header: str | None = "Bearer " + token
-        authorization: Callable[[], str | None] = lambda: header
+        authorization: Callable[[], str | None] = lambda: "Bearer " + token
     elif token_file:
-        _read_token(Path(token_file))
+        _read_token(Path(token_file))  # said now, not at the first request
         authorization = lambda: "Bearer " + _read_token(Path(token_file))  # noqa: E731
     else:
         authorization = lambda: None  # noqa: E731  (a client certificate, or no credentials)
-    ca_data = cluster.get("certificate-authority-data")
+    ca_data = _pem(cluster, "certificate-authority-data")
     return Access(
         server=str(cluster["server"]).rstrip("/"),
         authorization=authorization,
         ca_file=None if ca_data else _path(base, cluster.get("certificate-authority")),
-        ca_data=_pem(ca_data, "certificate-authority-data").decode() if ca_data else None,
+        ca_data=ca_data.decode() if ca_data else None,
         insecure=cluster.get("insecure-skip-tls-verify") is True,
         cert_file=_path(base, user.get("client-certificate")),
         key_file=_path(base, user.get("client-key")),
-        cert_data=_pem(user["client-certificate-data"], "client-certificate-data")
-        if user.get("client-certificate-data") else None,
-        key_data=_pem(user["client-key-data"], "client-key-data") if user.get("client-key-data") else None,
+        cert_data=_pem(user, "client-certificate-data"),
+        key_data=_pem(user, "client-key-data"),
     )
 
 
-def _named(doc: dict[str, Any], section: str, name: Any, field: str) -> Any:
+def _named(doc: dict[str, Any], section: str, name: Any, kind: str) -> Any:
+    """The `kind` mapping of the entry of `section` called `name` (None: no such entry)."""
     for entry in doc.get(section) or []:
         if isinstance(entry, dict) and entry.get("name") == name:
-            return entry.get(field) or {}
+            return entry.get(kind) or {}
     return None
 
 
@@ -160,11 +158,14 @@ def _path(base: Path, value: Any) -> str | None:
     return str(base / os.path.expanduser(value)) if isinstance(value, str) and value else None
 
 
-def _pem(value: Any, field: str) -> bytes:
+def _pem(entry: Mapping[str, Any], key: str) -> bytes | None:
+    """A `*-data` field decoded (None when absent or empty)."""
+    if not entry.get(key):
+        return None
     try:
-        return base64.b64decode(str(value), validate=True)
+        return base64.b64decode(str(entry[key]), validate=True)
     except (binascii.Error, ValueError):
-        raise ConfigError(f"kubeconfig: {field} is not base64") from None
+        raise ConfigError(f"kubeconfig: {key} is not base64") from None
 
 
 def _read_token(path: Path) -> str:
