@@ -103,10 +103,11 @@ def _run(argv: list[str]) -> int:
     from .controller.context import limit_malloc_arenas
 
     limit_malloc_arenas()
+    from .core.redact import describe
     try:
         return asyncio.run(main.run(args.liveness))
     except ConfigError as exc:  # before anything started: said in one line, not a traceback
-        print(f"{parser.prog}: no credentials for the API server: {exc} (in a pod: the ServiceAccount token, "
+        print(f"{parser.prog}: no credentials for the API server: {describe(exc)} (in a pod: the ServiceAccount token, "
               "automountServiceAccountToken; elsewhere: KUBECONFIG or ~/.kube/config)", file=sys.stderr)
         return 2
 

@@ -153,6 +153,7 @@ async def _observe(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
     from .adapters.kubehttp import KubeHTTP
     from .api.spec import parse_spec
     from .render import format_validation_error
+    from .core.redact import describe
 
     tenancy = _settings(args, parser)
     need = _requests(args.sandbox_requests, parser) if args.sandbox_requests else None
@@ -166,7 +167,7 @@ async def _observe(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
             try:
                 body = await kube.get_binding(ns, name)
             except (k.NotFound, k.Forbidden) as exc:
-                parser.error(f"binding {args.binding}: {exc}")
+                parser.error(f"binding {args.binding}: {describe(exc)}")
             try:
                 spec = parse_spec(body.get("spec") or {})
             except ValidationError as exc:
@@ -203,10 +204,11 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     from .adapters.kubeconfig import ConfigError
     from .core import doctor
 
+    from .core.redact import describe
     try:
         obs = asyncio.run(_observe(args, parser))
     except (KubeError, ConfigError) as exc:  # no kubeconfig, an API server that does not answer
-        print(f"{parser.prog}: cannot read the cluster: {exc}", file=sys.stderr)
+        print(f"{parser.prog}: cannot read the cluster: {describe(exc)}", file=sys.stderr)
         return 2
     results = doctor.evaluate(obs)
     bad = doctor.failed(results)

@@ -24,6 +24,7 @@ from ..core import node_room as room
 from ..core import scope as sc
 from ..core import scope_doc, selectors, slurm, tenancy
 from ..core.pods import decode_pod
+from ..core.redact import describe
 from ..core.scheduler import Discovery, discover, scheduler_conf_location
 from . import grants, kube as k
 from .bounded import gather_bounded
@@ -63,7 +64,7 @@ def slurm_client(url: str, api_version: str) -> sr.SlurmClient:
 
 
 def _denied(what: str, exc: Exception) -> str:
-    return f"these credentials may not {what}: {exc}"
+    return f"these credentials may not {what}: {describe(exc)}"
 
 
 async def _scheduler(kube: k.KubeAPI, t: Target) -> tuple[Discovery, list[dict], str | None]:
@@ -171,7 +172,7 @@ async def _node_room(kube: k.KubeAPI, name: str) -> room.NodeRoom:
     try:
         node = await kube.get_node(name)
     except (k.NotFound, k.Forbidden) as exc:
-        error = f"Node {name}: {exc}"
+        error = f"Node {name}: {describe(exc)}"
     try:
         pods = await kube.list_pods_everywhere(field_selector=f"spec.nodeName={name}")
     except k.Forbidden as exc:
@@ -192,7 +193,7 @@ async def _nodes(kube: k.KubeAPI, t: Target) -> tuple[tuple[room.NodeRoom, ...],
     found = await gather_bounded((_node_room(kube, n) for n in nodes), CONCURRENCY)
     rooms = [r for r in found if isinstance(r, room.NodeRoom)]
     failed = next((r for r in found if isinstance(r, Exception)), None)
-    return tuple(rooms), len(pods), str(failed) if failed is not None else None
+    return tuple(rooms), len(pods), describe(failed) if failed is not None else None
 
 
 async def _runner(kube: k.KubeAPI, t: Target, policy: tenancy.TenancyPolicy, make: RunnerFactory) -> f.Runner | None:
@@ -267,7 +268,7 @@ async def _slurm(kube: k.KubeAPI, t: Target, policy: tenancy.TenancyPolicy, make
         answer = await (client.partition(partition, rest.user, token) if partition is not None
                         else client.ping(rest.user, token))
     except sr.SlurmError as exc:
-        return fail(sr.kind(exc), str(exc)), None
+        return fail(sr.kind(exc), describe(exc)), None
     finally:
         await client.aclose()
     return slurm.SlurmObservation(url, rest.user, partition, answer=answer), None

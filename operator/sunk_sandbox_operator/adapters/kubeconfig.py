@@ -25,6 +25,8 @@ from typing import Any, Callable, Mapping
 
 import yaml
 
+from ..core.redact import describe
+
 IN_CLUSTER_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 DEFAULT_KUBECONFIG = "~/.kube/config"
 
@@ -85,9 +87,9 @@ def load(environ: Mapping[str, str] | None = None) -> Access:
     try:
         doc = yaml.safe_load(path.read_text())
     except OSError as exc:
-        raise ConfigError(f"cannot read the kubeconfig {path}: {exc.strerror or exc}") from None
+        raise ConfigError(f"cannot read the kubeconfig {path}: {exc.strerror or describe(exc)}") from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"the kubeconfig {path} is not YAML: {exc}") from None
+        raise ConfigError(f"the kubeconfig {path} is not YAML: {describe(exc)}") from None  # no snippet: it may be the token's line
     access = from_kubeconfig(doc, path.parent)
     return access if access is not None else _from_client(str(path))
 
@@ -172,7 +174,7 @@ def _read_token(path: Path) -> str:
     try:
         token = path.read_text().strip()
     except OSError as exc:
-        raise ConfigError(f"cannot read the token file {path}: {exc.strerror or exc}") from None
+        raise ConfigError(f"cannot read the token file {path}: {exc.strerror or describe(exc)}") from None
     if not token:
         raise ConfigError(f"the token file {path} is empty")
     return token
@@ -187,7 +189,7 @@ def _from_client(files: str) -> Access:
     try:
         kubernetes.config.load_kube_config(config_file=files, client_configuration=cfg)
     except kubernetes.config.ConfigException as exc:
-        raise ConfigError(str(exc)) from None
+        raise ConfigError(describe(exc)) from None
 
     def authorization() -> str | None:  # the client's refresh hook runs here (an exec plugin's token)
         auth = cfg.auth_settings().get("BearerToken")

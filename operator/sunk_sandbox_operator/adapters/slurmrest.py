@@ -27,6 +27,8 @@ from typing import Any, Awaitable, Callable
 
 import httpx
 
+from ..core.redact import describe
+
 TokenSource = Callable[[], Awaitable[str]]
 
 MAX_BODY_BYTES = 64 * 1024 * 1024   # ~25,000 jobs at 2.6 KB each
@@ -155,7 +157,7 @@ class SlurmClient:
             raise SlurmUnreachable(f"no answer within the timeout ({type(exc).__name__})") from None
         except httpx.TransportError as exc:
             self._on_request(endpoint, "error")
-            raise SlurmUnreachable(f"{type(exc).__name__}: {exc}"[:MESSAGE_MAX]) from None
+            raise SlurmUnreachable(describe(exc, MESSAGE_MAX)) from None  # h11 quotes a refused header value
         seconds = self._clock() - started
         self._on_request(endpoint, str(status))
         if status == 304:

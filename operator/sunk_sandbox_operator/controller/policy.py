@@ -16,6 +16,7 @@ from ..adapters.runnerapi import errors as rerr
 from ..api.reasons import PolicySynced
 from ..api.status import OwnedPath
 from ..core.problems import Problem
+from ..core.redact import describe
 from ..core import policy as pol
 from ..core import ownership as own
 from ..core import policy_decide as decide
@@ -164,7 +165,7 @@ async def sync(ctx: Context, state: BindingState, scheduler_name: str | None, *,
         report = decide.api_error(err.code, err.message)
     except (k.KubeError, OSError) as exc:  # the ownership record: stays on this condition
         report = decide.PolicyReport("False", PolicySynced.RECORD_FAILED,
-                                     f"the ownership record could not be read or written ({exc}); nothing was "
+                                     f"the ownership record could not be read or written ({describe(exc)}); nothing was "
                                      "written to the runner policy")
     return _part(state, report)
 

@@ -30,6 +30,7 @@ from ..core import scope_outcome as so
 from ..core import scope_plan as sp
 from ..core.compose import Part
 from ..core.conditions import Status
+from ..core.redact import describe
 from ..core.scheduler import Discovery
 from . import grants, retry
 from . import roll as rolling
@@ -77,7 +78,7 @@ async def run(ctx: Context, state: BindingState, mem: ScopeMemory, *, periodic: 
                            "it); nothing was overwritten, retrying with backoff")
     except Exception as exc:  # an API error we do not classify: report, retry with backoff
         log.exception("scope sync of %s failed", state.ref)
-        return _error_part(ctx, state, ScopeSynced.ERROR, f"scope sync failed: {exc}; retrying", status="Unknown")
+        return _error_part(ctx, state, ScopeSynced.ERROR, f"scope sync failed: {describe(exc)}; retrying", status="Unknown")
 
 
 def _observation(ctx: Context, state: BindingState, target: targets.ScopeTarget, read: targets.TargetRead,

@@ -20,6 +20,7 @@ from ..core import slurm
 from ..core.compose import Part
 from ..core.pods import parse_time
 from ..core.problems import Problem
+from ..core.redact import describe
 from . import credentials
 from .context import Context
 from .state import BindingState
@@ -85,7 +86,7 @@ async def observe(ctx: Context, clients, state: BindingState) -> slurm.SlurmObse
     except Problem as exc:
         return fail("credentials", exc.message)
     except sr.SlurmError as exc:
-        return fail(sr.kind(exc), str(exc))
+        return fail(sr.kind(exc), describe(exc))
     return slurm.SlurmObservation(url, rest.user, partition, answer=answer)
 
 

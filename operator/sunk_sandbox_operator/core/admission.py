@@ -25,6 +25,7 @@ from pydantic import ValidationError
 from ..api import keys
 from ..api.spec import BindingSpec, parse_spec
 from . import conflicts, tenancy
+from .redact import describe
 
 SKIPPED_OPERATIONS = ("DELETE", "CONNECT")
 NEWEST = "\uffff"  # the age of an object without creationTimestamp: younger than every stored binding
@@ -114,7 +115,7 @@ def _pydantic_message(exc: ValidationError) -> str:
     for err in exc.errors():
         where = ".".join(["spec", *(str(p) for p in err.get("loc", ()))])
         parts.append(f"{where}: {err.get('msg', 'invalid')}")
-    return "; ".join(parts) or str(exc)
+    return "; ".join(parts) or describe(exc)
 
 
 def screen(req: Request, policy: tenancy.TenancyPolicy) -> Screened:

@@ -21,6 +21,7 @@ from .doctor_facts import Observation, Result
 from .node_room import NodeRoom
 from .policy_checks import policy_warnings, validate_policy
 from .policy_paths import PolicyError
+from .redact import describe
 from .scheduler import Discovery
 from .scope import missing_summary, names
 from .slurm import ready_condition
@@ -289,7 +290,7 @@ def policy_fields(obs: Observation) -> Result:
     try:
         validate_policy(r.policy)
     except PolicyError as exc:
-        return _failed("policy", n, f"runner {r.runner_id}: {exc}", edit)
+        return _failed("policy", n, f"runner {r.runner_id}: {describe(exc)}", edit)
     found = policy_warnings(r.policy, obs.client_annotations)
     if found:
         return _failed("policy", n, f"runner {r.runner_id}: " + "; ".join(found), edit)

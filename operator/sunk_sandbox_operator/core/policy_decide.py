@@ -18,6 +18,7 @@ from . import policy
 from .conditions import Status
 from .policy_checks import validate_policy
 from .policy_paths import PolicyError
+from .redact import describe
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,7 @@ def desired(spec: BindingSpec, scheduler_name: str) -> policy.Desired | PolicyRe
     try:
         return policy.desired_fields(spec, scheduler_name)
     except PolicyError as exc:
-        return PolicyReport("False", PolicySynced.INVALID_BINDING, str(exc))
+        return PolicyReport("False", PolicySynced.INVALID_BINDING, describe(exc))
 
 
 def decide(obs: PolicyObservation, now: str) -> PolicyDecision:
@@ -84,7 +85,7 @@ def decide(obs: PolicyObservation, now: str) -> PolicyDecision:
         validate_policy(obs.policy)
     except PolicyError as exc:
         return PolicyDecision(PolicyReport("False", PolicySynced.INVALID_POLICY,
-                                           f"the runner's current policy is malformed, so it was left alone: {exc}",
+                                           f"the runner's current policy is malformed, so it was left alone: {describe(exc)}",
                                            {"etag": obs.etag}))
     result = policy.merge(obs.policy, want, obs.owned, obs.spec.client_annotations)
     if not result.changed:

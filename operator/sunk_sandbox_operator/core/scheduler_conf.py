@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from . import untrusted
+from .redact import describe
 
 SCHEDULER_CONTAINER = "scheduler"
 SCHEDULER_CONF_KEY = "scheduler.conf"
@@ -122,13 +123,13 @@ def _parse_text(text: str) -> SchedulerConf:
     try:
         doc = untrusted.load(text)  # libyaml: scheduler.conf may hold 10,000 names
     except untrusted.Refused as e:
-        return SchedulerConf(error=f"scheduler.conf {e}")
+        return SchedulerConf(error=f"scheduler.conf {describe(e)}")
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
-        return SchedulerConf(error=f"scheduler.conf is not valid YAML{where}: {getattr(e, 'problem', None) or e}")
+        return SchedulerConf(error=f"scheduler.conf is not valid YAML{where}: {getattr(e, 'problem', None) or describe(e)}")
     except Exception as e:  # noqa: BLE001 - e.g. `2024-13-45` (a date?) raises ValueError, a base-60 float OverflowError
-        return SchedulerConf(error=f"scheduler.conf is not valid YAML: {e}")
+        return SchedulerConf(error=f"scheduler.conf is not valid YAML: {describe(e)}")
     if doc is None:
         return SchedulerConf(error="scheduler.conf is empty")
     if not isinstance(doc, Mapping):

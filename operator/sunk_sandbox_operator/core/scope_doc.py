@@ -29,6 +29,7 @@ import yaml
 
 from ..api.reasons import ScopeSynced
 from . import untrusted, yaml_splice
+from .redact import describe
 from .yaml_splice import Span
 
 ListStyle = Literal["list", "string", "missing"]
@@ -130,7 +131,7 @@ def _parse(doc_text: str) -> tuple[Any, str | None]:
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         return None, f"malformed YAML{where}: {exc.problem or exc.context}"
     except Exception as exc:  # noqa: BLE001 - untrusted text: bad timestamps raise ValueError, deep nesting RecursionError
-        return None, f"malformed YAML: {exc}"
+        return None, f"malformed YAML: {describe(exc)}"
 
 
 def read_list(doc_text: str, path: str) -> ListRead:

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 from ..api.spec import BindingSpec, LabelSelector, parse_spec
 from . import selectors
+from .redact import describe
 from .scope import glob_literals, is_literal
 from .target_ref import locate
 
@@ -125,7 +126,7 @@ def url_problem(url: str) -> str | None:
     try:
         parts = urlsplit(url)
     except ValueError as exc:
-        return f"not a URL ({exc})"
+        return f"not a URL ({describe(exc)})"
     if parts.scheme not in ("https", "http") or not parts.netloc:
         return "not an http(s) URL"
     if "?" in url or "#" in url:
