@@ -198,7 +198,11 @@ GATEWAY_API = "https://gw.example.com/runner"
 # the poller reads it every second and a pending reason counts once it lasted 3 s over 2 polls.
 LOOPBACK_SLURM = {"SSB_ALLOWED_SLURM_URLS": "http://127.0.0.1:*"}
 FAST_SLURM = {"SSB_SLURM_POLL_SECONDS": "1", "SSB_SLURM_PENDING_SECONDS": "3", "SSB_SLURM_PENDING_POLLS": "2"}
-TEST_ENV = {"SSB_STATUS_MIN_INTERVAL_SECONDS": "1", "SSB_HAZARD_EVENT_INTERVAL_SECONDS": "1",
+# The tests' bindings live in random namespaces and grant in random ones: the admin trusts every binding
+# author here (`*=*`). The shipped default, no grant anywhere, is tested by its own operator
+# (tests/integration/test_grants_bound.py).
+ALL_GRANTS = {"SSB_ALLOWED_GRANTS": "*=*"}
+TEST_ENV = {"SSB_STATUS_MIN_INTERVAL_SECONDS": "1", "SSB_HAZARD_EVENT_INTERVAL_SECONDS": "1", **ALL_GRANTS,
             "SSB_RESTORE_RETRIES": "3", "SSB_RESTORE_RETRY_DELAY_SECONDS": "1",
             "SSB_POLICY_PROPAGATION_SECONDS": "6", **FAST_RESYNC, **LOOPBACK_SLURM, **FAST_SLURM,
             "SSB_ALLOWED_API_URLS": f"{LOOPBACK_API['SSB_ALLOWED_API_URLS']},{GATEWAY_API}"}

@@ -51,6 +51,10 @@ def _run(argv: list[str]) -> int:
     parser.add_argument("--allow-reach", action="append", default=None, metavar="NS=TARGETS",
                         help="bindings in NS (a glob) may name schedulers, scope targets and system namespaces in "
                         "TARGETS (comma-separated globs), e.g. tenant-slurm=argocd (repeatable)")
+    parser.add_argument("--allow-grant", action="append", default=None, metavar="NS=NAMESPACES",
+                        help="bindings in NS (a glob) may grant spec.scope.grantClusterRole in NAMESPACES (comma-separated "
+                        "globs), e.g. tenant-slurm=ds-* (repeatable; default: none, no binding grants anywhere; "
+                        "SSB_ALLOWED_GRANTS)")
     parser.add_argument("--allow-match-all", action="store_true", default=None,
                         help="let sandboxNamespaces match (nearly) every namespace: names: [\"*\"] (any glob without "
                         "a literal character), selector {} or only NotIn / DoesNotExist (default: refused; "
@@ -99,6 +103,7 @@ def _run(argv: list[str]) -> int:
 
     from . import handlers  # noqa: F401  (registers the handlers)
     from .adapters.kubeconfig import ConfigError
+    from .core.redact import describe
     from .controller import main
     from .controller.context import limit_malloc_arenas
 

@@ -66,6 +66,7 @@ def _parser(prog: str = PROG) -> argparse.ArgumentParser:
     ops.add_argument("--allowed-api-url", action="append", default=None, metavar="URL")
     ops.add_argument("--allowed-slurm-url", action="append", default=None, metavar="URL")
     ops.add_argument("--allow-reach", action="append", default=None, metavar="NS=TARGETS")
+    ops.add_argument("--allow-grant", action="append", default=None, metavar="NS=NAMESPACES")
     ops.add_argument("--sandbox-namespace-selector", default=None, metavar="SELECTOR")
     return p
 
@@ -152,6 +153,7 @@ async def _observe(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
     from .adapters import kubeconfig
     from .adapters.kubehttp import KubeHTTP
     from .api.spec import parse_spec
+    from .core.redact import describe
     from .render import format_validation_error
     from .core.redact import describe
 
@@ -203,6 +205,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     from .adapters.kube import KubeError
     from .adapters.kubeconfig import ConfigError
     from .core import doctor
+    from .core.redact import describe
 
     from .core.redact import describe
     try:

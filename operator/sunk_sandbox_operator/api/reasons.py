@@ -131,6 +131,11 @@ class ScopeSynced(_Reason):
         "cluster-wide (manifests/rbac.yaml)")
     CONFLICT = "Conflict", "the target kept changing under concurrent edits; retried with backoff"
     GRANT_FAILED = "GrantFailed", "a `scope.grantClusterRole` RoleBinding could not be written (message says why)"
+    GRANTS_NOT_ALLOWED = "GrantsNotAllowed", (
+        "`scope.grantClusterRole` is set, but the operator's admin lets bindings of this namespace grant nowhere: no "
+        "RoleBinding is made (those made before are removed). The admin names where they may: `--allow-grant "
+        "NS=NAMESPACES` (`SSB_ALLOWED_GRANTS`, Helm `tenancy.allowedGrants`, e.g. `tenant-slurm=ds-*`); or grant the "
+        "scheduler through the Slurm chart and remove `grantClusterRole`")
     SHARED_TARGET_CONFLICT = "SharedTargetConflict", (
         "an older binding writes the same target with another `spec.mode` or `scope.restartScheduler`: make them "
         "agree (this one writes nothing to it meanwhile)")

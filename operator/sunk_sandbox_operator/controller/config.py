@@ -60,6 +60,9 @@ class Config:
     allowed_api_urls: tuple[str, ...] = DEFAULT_API_URLS
     allowed_reach: dict[str, tuple[str, ...]] = field(default_factory=dict)
     allowed_grant_roles: tuple[str, ...] = DEFAULT_GRANT_ROLES
+    # Binding namespace (glob) -> namespaces (globs) its bindings may grant spec.scope.grantClusterRole
+    # in (`--allow-grant`, SSB_ALLOWED_GRANTS); empty: no binding grants anywhere.
+    allowed_grants: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # sandboxNamespaces that match (nearly) everything (`*`, `{}`, only NotIn / DoesNotExist) are
     # refused unless this is set; and no binding ever matches a namespace outside this label
     # selector (the `labelSelector=` grammar; empty: no bound), except its own namespace.
@@ -88,7 +91,7 @@ class Config:
             raise ValueError(f"--sandbox-namespace-selector / SSB_SANDBOX_NAMESPACE_SELECTOR: {bound.error}")
         return TenancyPolicy(self.allowed_api_urls, self.allowed_reach, self.operator_namespace,
                              self.allowed_grant_roles, self.allow_match_all, bound,
-                             allowed_slurm_urls=self.allowed_slurm_urls)
+                             allowed_slurm_urls=self.allowed_slurm_urls, grants=self.allowed_grants)
 
 
 def _bool(name: str) -> bool:
@@ -121,6 +124,7 @@ def load() -> Config:
         allowed_api_urls=tuple(u.strip() for u in os.environ.get("SSB_ALLOWED_API_URLS", "").split(",") if u.strip())
         or DEFAULT_API_URLS,
         allowed_reach=parse_reach(os.environ.get("SSB_ALLOWED_REACH", "")),
+        allowed_grants=parse_reach(os.environ.get("SSB_ALLOWED_GRANTS", "")),
         allowed_grant_roles=tuple(r.strip() for r in os.environ.get("SSB_ALLOWED_GRANT_ROLES", "").split(",")
                                   if r.strip()) or DEFAULT_GRANT_ROLES,
         allow_match_all=_bool("SSB_ALLOW_MATCH_ALL"),
@@ -142,7 +146,7 @@ def tenancy_from_flags(args: Any, error: Callable[[str], Any]) -> TenancyPolicy:
     variables, checked: `error` is called with the setting named when one does not parse."""
     for flag, name, sep in (("allowed_api_url", "SSB_ALLOWED_API_URLS", ","),
                             ("allowed_slurm_url", "SSB_ALLOWED_SLURM_URLS", ","),
-                            ("allow_reach", "SSB_ALLOWED_REACH", ";")):
+                            ("allow_reach", "SSB_ALLOWED_REACH", ";"), ("allow_grant", "SSB_ALLOWED_GRANTS", ";")):
         if getattr(args, flag, None):
             os.environ[name] = sep.join(getattr(args, flag))
     if getattr(args, "allow_match_all", False):

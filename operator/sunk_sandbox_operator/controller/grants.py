@@ -25,14 +25,18 @@ def _legacy_name(state: BindingState) -> str:
     return g.legacy_rolebinding_name(state.namespace, state.name)
 
 
-def grantable(ctx: Context, state: BindingState, sandbox: frozenset[str]) -> tuple[frozenset[str], frozenset[str]]:
+def grantable(ctx: Context, state: BindingState,
+              sandbox: frozenset[str]) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
     """The namespaces this binding may grant in (core.grants.grantable over its sandbox namespaces and
     alwaysInclude, with the settings: whatever the list holds, a listed one is grantable iff it is
-    here), and of those the ones that exist and are not terminating."""
+    here), of those the ones that exist and are not terminating, and the ones inside the admin's
+    `--allow-grant` for its namespace (only there is a RoleBinding made)."""
     always = frozenset(state.admitted_spec.scope.always_include)
     mine = frozenset(g.grantable(sandbox | always, sandbox, always, lambda ns: ctx.tenancy.may_reach(state.namespace, ns),
                                  ctx.tenancy.system))
-    return mine, frozenset(ns for ns in mine if (info := ctx.namespaces.get(ns)) is not None and not info.terminating)
+    bound = ctx.tenancy.grant_bound(state.namespace)
+    return (mine, frozenset(ns for ns in mine if (info := ctx.namespaces.get(ns)) is not None and not info.terminating),
+            frozenset(ns for ns in mine if bound(ns)) if bound is not None else frozenset())
 
 
 async def ours(ctx: Context, state: BindingState) -> tuple[tuple[g.Grant, ...] | None, str | None]:

@@ -15,7 +15,7 @@ import fnmatch
 import ipaddress
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 from urllib.parse import urlsplit
 
 from ..api.spec import BindingSpec, LabelSelector, parse_spec
@@ -61,6 +61,11 @@ class TenancyPolicy:
     # slurmrestd base URLs spec.slurm.restAPI.url may name (the Slurm JWT is sent there): the same
     # rules as allowed_api_urls, their own list, empty by default (a binding naming one is refused).
     allowed_slurm_urls: tuple[str, ...] = ()
+    # Binding namespace (or glob) -> the namespaces (or globs) where its bindings may grant
+    # spec.scope.grantClusterRole (`--allow-grant`). A grant hands a ServiceAccount the binding picked
+    # (the scheduler pods' own) read access to every pod spec there: only the admin says where. Empty:
+    # no binding grants anywhere.
+    grants: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def system(self, namespace: str) -> bool:
         return namespace == self.operator_namespace or _SYSTEM.match(namespace) is not None
@@ -70,6 +75,17 @@ class TenancyPolicy:
             return True
         return any(fnmatch.fnmatchcase(binding_namespace, src) and any(fnmatch.fnmatchcase(namespace, t) for t in targets)
                    for src, targets in self.reach.items())
+
+
+    def grant_bound(self, binding_namespace: str) -> Callable[[str], bool] | None:
+        """Where bindings in `binding_namespace` may grant (`--allow-grant`): a namespace test, or None
+        when the admin gave that namespace nowhere (then no binding there grants anything)."""
+        globs = tuple(t for src, targets in self.grants.items() if fnmatch.fnmatchcase(binding_namespace, src)
+                      for t in targets)
+        if not globs:
+            return None
+        inside = re.compile("|".join(fnmatch.translate(g) for g in globs))
+        return lambda namespace: inside.match(namespace) is not None
 
 
 def _loopback(host: str) -> bool:
