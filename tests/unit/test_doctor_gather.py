@@ -122,14 +122,51 @@ async def test_a_url_the_operator_does_not_allow_never_gets_the_token() -> None:
 
 async def test_a_binding_is_judged_by_the_operators_settings_and_its_own_namespaces() -> None:
     kube = cluster()
-    spec = parse_spec({"runner": {"id": "r", "apiURL": "http://10.0.0.1:8080", "tokenSecretRef": {"name": "coreweave-api"}},
+    spec = parse_spec({"runner": {"id": "r", "tokenSecretRef": {"name": "coreweave-api"}},
                        "sandboxNamespaces": {"names": ["ds-*"]}})
     runners = Runners()
     obs = await gather.gather(kube, gather.Target(spec, NS, f"{NS}/b", (NS, "coreweave-api", "token")),
                               TenancyPolicy(), make_runner=runners)
-    assert obs.sandbox_namespaces == frozenset({"ds-alice", "ds-bob"})
-    assert any("spec.runner.apiURL" in v for v in obs.violations)
-    assert runners.sent == []
+    assert obs.sandbox_namespaces == frozenset({"ds-alice", "ds-bob"}) and obs.violations == ()
+    assert runners.sent == [("https://api.coreweave.com", TOKEN)]
+
+
+@pytest.mark.parametrize("refusal", [
+    {"scheduler": {"namespace": "other"}},                                    # another tenant's scheduler
+    {"runner": {"id": "r", "apiURL": "http://10.0.0.1:8080", "tokenSecretRef": {"name": "coreweave-api"}}},
+    {"sandboxNamespaces": {"names": ["*"]}},                                   # every namespace
+])
+async def test_a_refused_binding_is_read_no_further_than_itself(refusal) -> None:
+    """Finding 10: the operator reads, asks and sends nothing for a binding its settings refuse; the
+    doctor, run with the admin's credentials, does no more: no Secret read (whichever URL is allowed),
+    no namespace the spec names listed, no runner or Slurm request; the first line says why."""
+    fake = FakeSlurm(FakeClock(), tokens={jwt(): "k8sop"})
+    kube, target = with_slurm()
+    raw = {"runner": {"id": "r", "tokenSecretRef": {"name": "coreweave-api"}}, "partition": "sandboxes",
+           "sandboxNamespaces": {"names": ["ds-*"]},
+           "slurm": {"restAPI": {"url": SLURM, "user": "k8sop", "tokenSecretRef": {"name": "slurm-jwt"}}}, **refusal}
+    runners = Runners()
+    obs = await gather.gather(kube, gather.Target(parse_spec(raw), NS, f"{NS}/b", target.token, slurm_token=target.slurm_token),
+                              TenancyPolicy(allowed_slurm_urls=(SLURM,)), make_runner=runners,
+                              make_slurm=fake.client_factory())
+    assert kube.calls == [] and runners.sent == [] and fake.log == []
+    results = doctor.evaluate(obs)
+    assert results[0].id == "binding" and results[0].ok is False and "the operator refuses" in results[0].detail
+    assert all(r.ok is None and r.detail == doctor.REFUSED for r in results[1:])
+    assert {r.id for r in results} == set(doctor.READS)
+
+
+def test_the_doctor_parses_tenant_text_only_through_the_operators_own_functions() -> None:
+    """What the doctor reads from tenants' objects (scheduler.conf, slurm.conf, args, pods) is parsed by
+    the operator's core functions, with their bounds: the doctor's reader imports no parser of its own."""
+    import ast
+    from pathlib import Path
+
+    source = Path(gather.__file__).read_text()
+    imported = {a.name.split(".")[0] for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module.split(".")[0] for n in ast.walk(ast.parse(source))
+                 if isinstance(n, ast.ImportFrom) and n.module and n.level == 0}
+    assert not imported & {"yaml", "json", "re", "shlex", "base64", "zlib", "orjson", "msgspec"}, imported
 
 
 async def test_broken_reads_become_failing_checks() -> None:

@@ -2,9 +2,11 @@
 
 Reads only. The Kube it is handed has its write gate shut (`writable` False), so no write can
 leave this process whatever a bug does; SubjectAccessReviews are answered and forgotten by the API
-server (nothing is stored). The runner token is read from its Secret, checked like the operator
-checks it (an empty value is not sent) and sent only to an API URL the operator's settings allow
-(core/tenancy.py), in one GetManagedRunner; the Slurm JWT likewise (checked offline first, as the
+server (nothing is stored). For a binding the operator's settings refuse (core/tenancy.py), nothing
+is read beyond the binding itself, as the operator reads nothing for it: no Secret, no namespace the
+refused spec names, no request to any URL. The runner token is read from its Secret, checked like the
+operator checks it (an empty value is not sent) and sent only to an API URL the operator's settings
+allow, in one GetManagedRunner; the Slurm JWT likewise (checked offline first, as the
 operator does, then one GET of the partition, or a ping) only to an allowed slurmrestd URL; neither
 appears in any message. Everything the checks decide is in core/doctor.py; nothing here decides.
 """
@@ -280,6 +282,9 @@ async def gather(kube: k.KubeAPI, t: Target, policy: tenancy.TenancyPolicy, *,
     kube.writable = lambda: False  # reads only: every write of Kube checks this gate first
     spec = t.spec
     violations = tuple(v.text() for v in tenancy.violations(spec, t.namespace, policy)) if t.binding else ()
+    if violations:  # the operator reads, asks and sends nothing for a binding it refuses: neither does the doctor
+        return f.Observation(binding=t.binding, scheduler_namespace=spec.scheduler_namespace(t.namespace),
+                             discovery=None, violations=violations)
     d, cms, sched_error = await _scheduler(kube, t)
     names, how, pods, pods_error = await _sandbox(kube, t, policy)
     folded = _fold_pods(pods)

@@ -319,7 +319,8 @@ CHECKS: tuple[Check, ...] = (binding_allowed, scheduler_running, scheduler_name,
 # What each check reads (the README's table; a unit test keeps the two equal). SNS: the scheduler's
 # namespace (its pods, ConfigMaps and the NodeSets' slurmd pods live there).
 READS: dict[str, str] = {
-    "binding": "GET the SunkSandboxBinding (binding mode only); the operator's settings from flags / `SSB_*` variables",
+    "binding": "GET the SunkSandboxBinding (binding mode only); the operator's settings from flags / `SSB_*` variables; "
+               "nothing else when they refuse it",
     "scheduler-running": "LIST pods `-l` podSelector in SNS",
     "scheduler-name": "LIST ConfigMaps in SNS (`scheduler.conf`); the scheduler pods' args",
     "kill-wait": "the same pods and ConfigMaps (args, `scheduler.conf`, `slurm.conf`)",
@@ -337,8 +338,16 @@ READS: dict[str, str] = {
 }
 
 
+REFUSED = "not checked: the operator refuses this binding (see above), so nothing is read or sent for it"
+
+
 def evaluate(obs: Observation) -> list[Result]:
-    return [r for check in CHECKS if (r := check(obs)) is not None]
+    """Every check over `obs`; for a binding the operator refuses, only the first says something: the
+    shell read nothing else (as the operator reads nothing for it)."""
+    results = [r for check in CHECKS if (r := check(obs)) is not None]
+    if obs.binding is not None and obs.violations:
+        return [r if r.id == "binding" else _skipped(r.id, r.name, REFUSED) for r in results]
+    return results
 
 
 def failed(results: list[Result]) -> bool:
