@@ -323,6 +323,9 @@ class DevCluster:
     api_port: int = 0
     pids: dict[str, int] = field(default_factory=dict)
     _procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+    # Users whose every request the API server records (audit, Metadata level: verb, resource,
+    # namespace, name) in `audit_log`; empty: no audit.
+    audited_users: tuple[str, ...] = ()
 
     @property
     def server(self) -> str:
@@ -366,6 +369,7 @@ class DevCluster:
             "--api-audiences=https://kubernetes.default.svc", "--max-requests-inflight=2000",
             "--max-mutating-requests-inflight=1000", "--event-ttl=1h", "-v=0",
             "--endpoint-reconciler-type=none",  # loopback advertise address: no kubernetes Endpoints
+            *self._audit_flags(),
         ], detach)
         self.kubeconfig.write_text(kubeconfig_text(
             self.server, (d / "serving-ca.crt").read_bytes(),
@@ -375,6 +379,26 @@ class DevCluster:
             {"pids": self.pids, "server": self.server, "kubeconfig": str(self.kubeconfig), "bindir": str(self.bindir)}))
         _log(f"control plane ready at {self.server} in {time.monotonic() - started:.1f}s")
         return self
+
+    @property
+    def audit_log(self) -> Path:
+        return self.workdir / "audit.log"
+
+    def _audit_flags(self) -> list[str]:
+        if not self.audited_users:
+            return []
+        policy = self.workdir / "audit-policy.json"
+        policy.write_text(json.dumps({"apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
+                                      "rules": [{"level": "Metadata", "users": list(self.audited_users)},
+                                                {"level": "None"}]}))
+        return [f"--audit-policy-file={policy}", f"--audit-log-path={self.audit_log}", "--audit-log-mode=blocking"]
+
+    def audit_events(self, user: str) -> list[dict]:
+        """The requests `user` made (one record each, in order), as the API server audited them."""
+        if not self.audit_log.exists():
+            return []
+        events = [json.loads(line) for line in self.audit_log.read_text().splitlines() if line.strip()]
+        return [e for e in events if (e.get("user") or {}).get("username") == user]
 
     def _spawn(self, name: str, argv: list[str], detach: bool) -> None:
         log = open(self.workdir / f"{name}.log", "ab")
@@ -574,6 +598,6 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def temp_cluster() -> DevCluster:
-    """A throwaway cluster in a temp dir (pytest session fixture)."""
-    return DevCluster(Path(tempfile.mkdtemp(prefix="ssb-devcluster-"))).start()
+def temp_cluster(audited_users: tuple[str, ...] = ()) -> DevCluster:
+    """A throwaway cluster in a temp dir (pytest session fixture); `audited_users`: see DevCluster."""
+    return DevCluster(Path(tempfile.mkdtemp(prefix="ssb-devcluster-")), audited_users=audited_users).start()
