@@ -154,8 +154,8 @@ BROKEN: dict[str, tuple[dict[str, Any], dict[str, str]]] = {
                     "runner-token": "sandbox_admin role"}),
     "policy": ({"policy": {"base": {"spec": {"nodeSelector": {"pool": "cpu"}}}}},
                {"policy": "cwic sandbox runner policy edit"}),
-    "binding-url": ({"binding_url": "https://api.example.com"},
-                    {"binding": "--allowed-api-url", "runner-token": "--allowed-api-url"}),
+    # A binding the operator refuses: the first line fails, and nothing else is read for it (the rest '-').
+    "binding-url": ({"binding_url": "https://api.example.com"}, {"binding": "--allowed-api-url"}),
     "partition": ({"partition": "nosuch"}, {"partition": "sinfo -h -o %P"}),
 }
 
@@ -207,5 +207,6 @@ def test_a_broken_set_up_fails_its_checks_and_names_the_fix(installed, emulator,
     others = [c for i, c in parsed.items() if i not in fails and c["ok"] is False]
     assert not others, others  # each set-up breaks only what it means to
     assert out.stdout.splitlines()[-1] == f"{len(fails)} check(s) failed"
-    if case == "binding-url":  # not an allowed URL: the token was sent nowhere
+    if case == "binding-url":  # refused: the token was sent nowhere, and no other check read anything
         assert not calls(emulator, runner, "GetManagedRunner")
+        assert all(c["ok"] is None for i, c in parsed.items() if i != "binding")
