@@ -24,11 +24,12 @@ from ..api.spec import BindingSpec
 from ..core import doctor_facts as f
 from ..core import node_room as room
 from ..core import scope as sc
-from ..core import scope_doc, selectors, slurm, tenancy
+from ..core import scope_doc, slurm, tenancy
 from ..core.pods import decode_pod
 from ..core.redact import describe
 from ..core.scheduler import Discovery, discover, scheduler_conf_location
 from . import grants, kube as k
+from . import scheduler as sched
 from .bounded import gather_bounded
 from . import slurmrest as sr
 from ..core.quantity import parse_quantity
@@ -70,18 +71,13 @@ def _denied(what: str, exc: Exception) -> str:
 
 
 async def _scheduler(kube: k.KubeAPI, t: Target) -> tuple[Discovery, list[dict], str | None]:
-    """Discovery over the scheduler namespace's pods and ConfigMaps (and those ConfigMaps)."""
-    ns = t.spec.scheduler_namespace(t.namespace)
-    pod_selector = t.spec.scheduler.pod_selector
-    text = selectors.to_label_selector_string(pod_selector)
-    try:
-        pods = await kube.list_pods(ns, text or None)
-        cms = await kube.list_configmaps(ns)
-    except k.Forbidden as exc:
-        return discover(t.spec, t.namespace, [], []), [], _denied(f"list pods and ConfigMaps in {ns}", exc)
-    if text is None:  # not expressible server-side: filter here
-        pods = [p for p in pods if selectors.matches(pod_selector, (p.get("metadata") or {}).get("labels"))]
-    return discover(t.spec, t.namespace, pods, cms), cms, None
+    """Discovery over the scheduler namespace's pods and ConfigMaps (and those ConfigMaps), read and
+    parsed as the operator reads and parses them (adapters/scheduler.py, core/scheduler.py)."""
+    objs = await sched.read(kube, t.spec.scheduler_namespace(t.namespace), t.spec.scheduler.pod_selector)
+    if objs.error:  # its wording names the operator's RoleBindings: the doctor runs with other credentials
+        denied = f"these credentials may not list pods and ConfigMaps in {objs.namespace}"
+        return discover(t.spec, t.namespace, [], []), [], denied
+    return discover(t.spec, t.namespace, objs.pods, objs.configmaps), objs.configmaps, None
 
 
 def _scope(t: Target, d: Discovery, cms: list[dict]) -> f.Scope | None:
