@@ -89,7 +89,8 @@ def load(environ: Mapping[str, str] | None = None) -> Access:
     except OSError as exc:
         raise ConfigError(f"cannot read the kubeconfig {path}: {exc.strerror or describe(exc)}") from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"the kubeconfig {path} is not YAML: {describe(exc)}") from None  # no snippet: it may be the token's line
+        # Said without yaml's snippet of the document: that line may be the token's.
+        raise ConfigError(f"the kubeconfig {path} is not YAML: {describe(exc)}") from None
     access = from_kubeconfig(doc, path.parent)
     return access if access is not None else _from_client(str(path))
 
