@@ -462,7 +462,9 @@ class OperatorProcess:
         self.liveness_port = free_port()
         self.log_path = log_path
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
-        full_env.update({"KUBECONFIG": str(kubeconfig), **(env or {})})
+        # The operator of this source tree, whichever tree the venv's editable install points at.
+        path = [str(REPO_ROOT / "operator"), *filter(None, [full_env.get("PYTHONPATH")])]
+        full_env.update({"KUBECONFIG": str(kubeconfig), "PYTHONPATH": os.pathsep.join(path), **(env or {})})
         self._log = open(log_path, "wb")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "sunk_sandbox_operator", "run", *(["--verbose"] if verbose else []),
