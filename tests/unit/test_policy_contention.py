@@ -182,6 +182,17 @@ def test_a_removal_under_our_own_etag_is_not_another_writer() -> None:
     assert d.write is not None and not d.drift
 
 
+def test_values_of_a_pending_record_are_not_a_removal() -> None:
+    """A write-ahead record whose write lost a race (or died) claims values the policy never held:
+    the retry's write is a first write, not a correction."""
+    s = spec()
+    owned = pol.merge({}, pol.desired_fields(s, "sched")).owned
+    obs = pd.PolicyObservation(s, "sched", THEIRS, "9", owned, None, None, None, pc.Settings(0, 100.0),
+                               confirmed=False)
+    d = pd.decide(obs, iso(0))
+    assert d.write is not None and not d.drift and d.contention is None
+
+
 @settings(max_examples=200, deadline=None)
 @given(n=st.integers(0, 4), gaps=st.lists(st.floats(0.5, 300.0), min_size=1, max_size=25))
 def test_writes_stay_within_n_per_window_and_the_stop_is_never_early(n: int, gaps: list[float]) -> None:

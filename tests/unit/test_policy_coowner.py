@@ -9,6 +9,7 @@ import copy
 import pytest
 
 from sunk_sandbox_operator.adapters.metrics import BindingCounters, BindingSample, Metrics
+from sunk_sandbox_operator.adapters.ownership import OwnershipStore
 from sunk_sandbox_operator.controller import config, policy
 
 from tests.unit.fakes import FakeRunner, binding_body, harness_fixture, install_runner  # noqa: F401 (fixture)
@@ -54,6 +55,22 @@ async def test_the_writes_stop_after_n_corrections_with_one_event_and_nothing_is
     assert fake.updates == 3 and fake.policy == THEIRS and h.reasons().count("PolicyWritesStopped") == 1
     await policy.restore(h.ctx, state)                   # deletion with Restore: the policy is theirs
     assert fake.updates == 3 and "PolicyRestored" not in h.reasons()
+
+
+async def test_a_first_write_that_lost_a_race_is_not_a_correction(harness) -> None:
+    """The write-ahead record of a write that lost the race claims values the policy never held: the
+    retry's write is the first merge, not the correction of another writer's removal."""
+    h, state, fake = setup(harness, THEIRS)
+    h.ctx.ownership = OwnershipStore(h.kube, "operator-ns")
+    fake.before_update(lambda r: r.admin_write(lambda p: p.update(edited="by another admin")))
+    part = await h.drive(policy.sync(h.ctx, state, "slurm-scheduler"))
+    state.report(part)
+    assert part.reason == "Synced" and fake.stale == 1 and fake.updates == 1 and "contention" not in part.data
+    for _ in range(2):
+        terraform_apply(fake)
+        assert (await sync(h, state)).reason == "DriftCorrected"
+    terraform_apply(fake)
+    assert (await sync(h, state)).reason == "PolicyManagedElsewhere" and fake.updates == 3
 
 
 async def test_the_other_owner_carrying_the_keys_resumes_without_a_write(harness) -> None:

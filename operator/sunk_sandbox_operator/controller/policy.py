@@ -138,9 +138,10 @@ async def sync(ctx: Context, state: BindingState, scheduler_name: str | None, *,
     async def attempt(_: int) -> decide.PolicyReport:
         owned, record = await _owned(ctx, state)
         runner = await api.get_managed_runner(spec.runner.id)
-        ours = record.etag_before if record is not None and record.state == "applied" else None
+        applied = record is None or record.state == "applied"
         obs = decide.PolicyObservation(spec, scheduler_name, runner.policy, runner.etag, owned, _contention(state),
-                                       state.handled_request, ours, _settings(ctx))
+                                       state.handled_request, record.etag_before if record and applied else None,
+                                       _settings(ctx), confirmed=applied)
         d = decide.decide(obs, ctx.now_iso())
         if d.event is not None:
             ctx.event(state, *d.event)

@@ -36,6 +36,7 @@ class PolicyObservation:
     request: str | None = None       # the reconcile-requested-at value this reconcile handles
     ours: str | None = None          # the etag our last write (or confirmation) left, from the ownership record
     settings: policy_contention.Settings = policy_contention.Settings()
+    confirmed: bool = True           # `owned` was seen in the policy (False: a pending record, its write unproven)
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,8 @@ def decide(obs: PolicyObservation, now: str) -> PolicyDecision:
         return PolicyDecision(PolicyReport(
             "False", PolicySynced.DRIFTED,
             "Observe mode, nothing written; the operator would change: " + "; ".join(changes[:8]), checked))
-    taken = policy_contention.removed(obs.policy, want, obs.owned) if obs.etag != obs.ours else []
+    # Another writer's removal: values we know were there, gone under an etag that is not ours.
+    taken = policy_contention.removed(obs.policy, want, obs.owned) if obs.confirmed and obs.etag != obs.ours else []
     verdict = policy_contention.judge(memory, taken, obs.request, now, obs.settings)
     if not verdict.write:
         stop = verdict.memory or memory
