@@ -39,9 +39,9 @@ NS = "tenant-slurm"
 UID = 65532
 DEPLOYMENT = yaml.safe_load((REPO / "manifests" / "deployment.yaml").read_text())
 (CONTAINER,) = DEPLOYMENT["spec"]["template"]["spec"]["containers"]
-TEST_ONLY = {"pytest", "pytest-asyncio", "hypothesis", "lupa", "cryptography", "import-linter"}
-RUNTIME = {"sunk-sandbox-operator", "kopf", "kubernetes", "httpx", "pydantic", "pyyaml", "aiohttp",
-           "prometheus-client"}
+# The kubernetes client is the `exec-auth` extra: in a pod the ServiceAccount is read without it.
+TEST_ONLY = {"pytest", "pytest-asyncio", "hypothesis", "lupa", "cryptography", "import-linter", "kubernetes"}
+RUNTIME = {"sunk-sandbox-operator", "kopf", "httpx", "pydantic", "pyyaml", "aiohttp", "prometheus-client"}
 
 
 # ---------------------------------------------------------------- the image and a container of it
@@ -192,6 +192,17 @@ def test_every_command_it_ships_works_inside_it(buildah, container):
             assert "usage:" in helped.stdout, (command, helped.stdout)
     plugin = in_image(buildah, container, "kubectl-ssb", "doctor", "--help")
     assert plugin.returncode == 0 and "usage: kubectl ssb doctor" in plugin.stdout, plugin.stderr
+    exec_config = {"apiVersion": "v1", "kind": "Config", "current-context": "c",
+                   "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
+                   "clusters": [{"name": "k", "cluster": {"server": "https://127.0.0.1:1"}}],
+                   "users": [{"name": "u", "user": {"exec": {"apiVersion": "client.authentication.k8s.io/v1",
+                                                             "command": "cloud-login"}}}]}
+    without_client = subprocess.run(  # an exec plugin needs the client, which the image does not carry
+        run_argv(buildah, container, ["kubectl-ssb", "doctor", "ns/b"], env={"KUBECONFIG": "/dev/stdin"}),
+        input=yaml.safe_dump(exec_config), capture_output=True, text=True, timeout=120)
+    assert without_client.returncode == 2 and without_client.stderr.count("\n") == 1, without_client.stderr
+    assert "(user.exec) needs the kubernetes client" in without_client.stderr
+    assert "pip install 'sunk-sandbox-operator[exec-auth]'" in without_client.stderr
 
     crd = in_image(buildah, container, "sunk-sandbox-operator", "crd")
     assert crd.returncode == 0, crd.stderr
