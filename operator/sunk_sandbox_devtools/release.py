@@ -16,7 +16,7 @@ version (operator/sunk_sandbox_operator/__init__.py):
   compiled (no pure-Python form; aiohttp, PyYAML and the multidict family have one, slower). So it is
   a PEX (a zipapp that unpacks its wheels to ~/.pex on first run) with the wheels of every
   dependency for each CPython minor of PLUGIN_PYTHONS on that OS and architecture; it runs with
-  the `python3` on PATH;
+  the first of those on PATH;
 - `ssb.yaml`: the krew plugin manifest for those archives (URLs of the GitHub release, sha256);
 - `release.json`: the version, the image's digest, the chart's OCI reference, each file's size and
   sha256; `SHA256SUMS`: the same sums in `sha256sum -c` form.
@@ -196,8 +196,8 @@ def krew_manifest(version: str, archives: dict[tuple[str, str], Path]) -> str:
             "description": "kubectl ssb doctor runs every check of the sunk-sandbox-operator runbook against the "
                            "current cluster (and Slurm, the runner API), before any binding or for one, and "
                            "prints each check with its fix. It only reads.\n",
-            "caveats": f"Runs with the python3 on PATH (CPython {pythons}); the first run unpacks its "
-                       "dependencies to ~/.pex.\n",
+            "caveats": f"Needs CPython {pythons} on PATH (python3, or python3.X: it picks one); the first "
+                       "run unpacks its dependencies to ~/.pex.\n",
             "platforms": platforms,
         },
     }
