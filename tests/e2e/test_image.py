@@ -167,7 +167,7 @@ def test_the_hosts_ca_bundle_was_for_the_build_only(buildah, container, base_bun
         buildah("umount", container, check=False)
 
 
-def test_every_command_it_ships_works_inside_it(buildah, container):
+def test_every_command_it_ships_works_inside_it(buildah, container, tmp_path):
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
     listed = in_image(buildah, container, "python", "-c", "import importlib.metadata as m, json; print(json.dumps("
                       "{'ours': sorted(e.name for e in m.distribution('sunk-sandbox-operator').entry_points"
@@ -197,12 +197,16 @@ def test_every_command_it_ships_works_inside_it(buildah, container):
                    "clusters": [{"name": "k", "cluster": {"server": "https://127.0.0.1:1"}}],
                    "users": [{"name": "u", "user": {"exec": {"apiVersion": "client.authentication.k8s.io/v1",
                                                              "command": "cloud-login"}}}]}
+    (tmp_path / "exec.kubeconfig").write_text(yaml.safe_dump(exec_config))
+    os.chown(tmp_path / "exec.kubeconfig", UID, UID)
     without_client = subprocess.run(  # an exec plugin needs the client, which the image does not carry
-        run_argv(buildah, container, ["kubectl-ssb", "doctor", "ns/b"], env={"KUBECONFIG": "/dev/stdin"}),
-        input=yaml.safe_dump(exec_config), capture_output=True, text=True, timeout=120)
-    assert without_client.returncode == 2 and without_client.stderr.count("\n") == 1, without_client.stderr
-    assert "(user.exec) needs the kubernetes client" in without_client.stderr
-    assert "pip install 'sunk-sandbox-operator[exec-auth]'" in without_client.stderr
+        run_argv(buildah, container, ["kubectl-ssb", "doctor", "ns/b"], env={"KUBECONFIG": "/mnt/exec.kubeconfig"},
+                 volumes=[f"{tmp_path / 'exec.kubeconfig'}:/mnt/exec.kubeconfig:ro"]),
+        capture_output=True, text=True, timeout=120)
+    said = without_client.stderr.splitlines()[0]  # buildah adds its own lines about the exit status
+    assert without_client.returncode == 2 and "Traceback" not in without_client.stderr, without_client.stderr
+    assert "the kubeconfig /mnt/exec.kubeconfig (user.exec) needs the kubernetes client" in said, said
+    assert said.endswith("pip install 'sunk-sandbox-operator[exec-auth]'"), said
 
     crd = in_image(buildah, container, "sunk-sandbox-operator", "crd")
     assert crd.returncode == 0, crd.stderr
