@@ -45,6 +45,17 @@ image: setup
 demo: binaries
 	$(DEVTOOLS) demo
 
+# What a release publishes, into dist/: the chart package, the image as an OCI archive, its SBOM,
+# the wheel, the kubectl plugin (one file per OS/arch) and its krew manifest, SHA256SUMS and
+# release.json. README, Development, "Releasing" says how a maintainer publishes them.
+.PHONY: release registry
+release: setup
+	$(DEVTOOLS) release
+
+# The OCI registry the release test pushes to (distribution, from hack/registry; cached like helm).
+registry: setup
+	$(DEVTOOLS) registry build
+
 # helm, promtool, argocd-health and the image are built in the background while the tests that need
 # none of them run (sunk_sandbox_devtools/tools.py): the image beside the control plane's build, the
 # Go tools after it (they reuse its compiled k8s.io packages); slurm first, so two apt-get never overlap.

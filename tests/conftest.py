@@ -28,9 +28,8 @@ def pytest_collection_modifyitems(config, items):
     last, in the order the tools are built: the rest of the suite runs while they build."""
     from sunk_sandbox_devtools.tools import ORDER
 
-    def late(item) -> int:
-        mark = item.get_closest_marker("needs_tool")
-        return ORDER.index(mark.args[0]) + 1 if mark else 0
+    def late(item) -> int:  # a test that needs several tools waits for the last one built
+        return max((ORDER.index(mark.args[0]) + 1 for mark in item.iter_markers("needs_tool")), default=0)
     items.sort(key=late)  # stable: the order within each group is kept
 
 

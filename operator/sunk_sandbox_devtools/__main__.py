@@ -14,6 +14,8 @@ commands:
   image       build the operator image with buildah on a debootstrap base (cached)
   tools       start|build image|go: the image; helm, promtool, argocd-health (start: in the background)
   chart       sync: write the Helm chart's copies (CRD, alerts, dashboard), appVersion, README values table
+  release     build the release artifacts into dist/ (chart, image archive, SBOM, wheel, kubectl plugin, krew)
+  registry    build: the OCI registry of the release test (distribution, from hack/registry; cached)
 """
 
 
@@ -38,6 +40,16 @@ def main(argv: list[str] | None = None) -> int:
     if command == "tools":
         from . import tools
         return tools.main(rest)
+    if command == "release":
+        from . import release
+        return release.main(rest)
+    if command == "registry":
+        if rest != ["build"]:
+            print(f"usage: {PROG} registry build", file=sys.stderr)
+            return 2
+        from . import registry
+        print(registry.ensure_registry())
+        return 0
     if command == "demo":
         from . import demo
         return demo.main(rest)

@@ -26,7 +26,7 @@ import traceback
 from pathlib import Path
 from typing import Callable
 
-from . import devcluster
+from . import devcluster, registry
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LOGS = REPO_ROOT / ".devcluster"
@@ -44,6 +44,8 @@ GO_TOOLS: tuple[tuple[str, Callable[[], object], Callable[[], Path]], ...] = (
     ("promtool", devcluster.ensure_promtool, devcluster.promtool_path),
     ("argocd-health", devcluster.ensure_argocd_health, devcluster.argocd_health_path),
 )
+# The OCI registry of the release test (tests/e2e/test_release.py, which runs last, with the image's).
+GO_TOOLS += (("registry", registry.ensure_registry, registry.registry_path),)
 ORDER = tuple(name for name, _, _ in GO_TOOLS) + ("image",)
 
 
