@@ -138,3 +138,12 @@ def test_the_doctor_reports_the_same_refusals() -> None:
     d = discover(SPEC, NS, [pod(["--scheduler-name=slurm-scheduler", "--slurm-kill-wait=" + "1" * 100])], [])
     result = {r.id: r for r in doctor.evaluate(dataclasses.replace(healthy(), discovery=d))}["scheduler-name"]
     assert result.ok is False and "refused: pod tenant-slurm/sched-0 container 'scheduler' args[1]" in result.detail
+
+
+def test_a_refusal_in_any_matching_pod_is_told_and_the_ready_pod_still_used() -> None:
+    """A never-scheduled pod matching the podSelector is read too (it may be the rollout's next)."""
+    evil = pod(["--slurm-kill-wait=" + "1" * 30_000 + "x"], name="sched-evil")
+    evil["status"] = {}
+    d = discover(SPEC, NS, [pod(["--scheduler-name=s", "--slurm-kill-wait=60s"]), evil], [])
+    assert (d.name, d.kill_wait_seconds) == ("s", 60)
+    assert [r.split(":")[0] for r in d.refused] == [f"pod {NS}/sched-evil container 'scheduler' args[0]"]

@@ -156,15 +156,18 @@ def discover(
     if ordered:
         first = ordered[0]
         pod_name = _meta(first).get("name")
-        args = parse_scheduler_args(first)
+        parsed = [parse_scheduler_args(p) for p in ordered]  # each pod once; the one used first
+        args = parsed[0]
         if args.error:
             # A missing container is a hint, not broken config: SUNK 8 needs no flags at all.
             (d.errors if args.container_found else d.messages).append(f"pod {pod_name}: {args.error}")
-        d.refused.extend(f"pod {d.namespace}/{pod_name} {r}" for r in args.refused)
+        # Every matching pod's text was read, so every refusal is told, the pod used first.
+        d.refused.extend(f"pod {d.namespace}/{_meta(p).get('name')} {r}" for p, a in zip(ordered, parsed)
+                         for r in a.refused)
         spec_obj = first.get("spec")
         sa = (spec_obj.get("serviceAccountName") or spec_obj.get("serviceAccount")) if isinstance(spec_obj, Mapping) else None
         d.service_account = sa if isinstance(sa, str) and sa else "default"
-        distinct = {(a.name, a.kill_wait_seconds) for a in map(parse_scheduler_args, good_pods) if not a.error}
+        distinct = {(a.name, a.kill_wait_seconds) for a in parsed if not a.error}
         if len(distinct) > 1:
             d.messages.append(f"scheduler pods disagree on their flags (rollout in progress?); using pod {pod_name}")
 
