@@ -3,8 +3,9 @@
 A tenant's Pod decides both the text and how far it expands: 60 KB of `$(X)` references to a
 20,000-character variable are 200 MB. So expansion counts what it would write and stops at a
 budget, before building it: MAX_ARG_CHARS for one argument or env value (Linux's MAX_ARG_STRLEN:
-execve refuses a longer one, so no container that runs has one), MAX_CONTAINER_CHARS for all of
-one container's. What passes a budget is refused (`Refused`, naming the budget); the caller skips
+execve refuses a longer one, so no container that runs has one), MAX_CONTAINER_CHARS for all that
+one container's references expand to (text without a `$` is the pod's own, already read: it is
+not counted). What passes a budget is refused (`Refused`, naming the budget); the caller skips
 that argument and names it.
 
 `expand` follows the kubelet (k8s.io/kubernetes third_party/forked/golang/expansion): `$(VAR)`
@@ -30,13 +31,15 @@ MAX_CONTAINER_CHARS = 256 * 1024
 
 
 class Budget:
-    """Characters one container's expansion may still write."""
+    """Characters one container's expansions may still write."""
 
     def __init__(self, chars: int | None = None) -> None:
         self.left = MAX_CONTAINER_CHARS if chars is None else chars
 
     def take(self, text: str, env: Mapping[str, str]) -> str:
         """`text` expanded within MAX_ARG_CHARS and what is left; Refused (nothing spent) past either."""
+        if "$" not in text:
+            return text
         out = expand(text, env, min(MAX_ARG_CHARS, self.left))
         self.left -= len(out)
         return out
@@ -44,7 +47,7 @@ class Budget:
 
 def _refused(limit: int) -> Refused:
     if limit < MAX_ARG_CHARS:
-        why = f"the {MAX_CONTAINER_CHARS:,} the operator reads of one container's command, args and env"
+        why = f"the {MAX_CONTAINER_CHARS:,} the operator expands for one container's command, args and env"
     else:
         why = f"the {MAX_ARG_CHARS:,} Linux allows one argument (MAX_ARG_STRLEN: the container could not start)"
     return Refused(f"refused as untrusted input: it expands past {why}: shorten it or its $(VAR) references")
