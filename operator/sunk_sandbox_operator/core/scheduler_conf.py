@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import functools
 import math
-import operator
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -324,7 +323,7 @@ def _parse_slurm_conf(text: str) -> SlurmConf:
     # `include` after blanks starts no comment, so the comment need not be cut first.
     includes = any(map(str.startswith, map(str.lstrip, low), repeat("include")))
     value, error = None, None
-    for lineno in compress(count(1), map(operator.contains, low, repeat("killwait"))):
+    for lineno in compress(count(1), map(str.__contains__, low, repeat("killwait"))):
         line = lines[lineno - 1].split("#", 1)[0]
         # Slurm allows several Key=Value pairs on a line, with spaces around '=': drop the spaces next to
         # each '=' (what `re.sub(r"\s*=\s*", "=", line)` did, without going back over a run of spaces).
