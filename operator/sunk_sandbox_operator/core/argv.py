@@ -59,18 +59,17 @@ def expand(text: str, env: Mapping[str, str], limit: int) -> str:
     search for a reference's `)` starts where the last one ended)."""
     out: list[str] = []
     size, start, n = 0, 0, len(text)
-    closed_after = 0  # no `)` at or after this position once `no_close` is set
-    no_close = False
+    no_close = False  # no `)` is left: every later `$(` is unclosed too (not searched for again)
     i = text.find("$")
     while 0 <= i < n - 1:
         nxt = text[i + 1]
         end = i + 2
         if nxt == "$":
             piece = "$"
-        elif nxt == "(" and not (no_close and i >= closed_after):
-            close = text.find(")", i + 2)
+        elif nxt == "(":
+            close = -1 if no_close else text.find(")", i + 2)
             if close < 0:
-                no_close, closed_after = True, i
+                no_close = True
                 piece = "$("
             else:
                 name = text[i + 2:close]

@@ -55,15 +55,15 @@ def _sum(text: str, original: str) -> float:
     while pos < n:
         start = pos
         pos = _DIGITS.match(text, pos).end()  # type: ignore[union-attr]  # `*` always matches
-        whole = pos > start
+        digits = pos > start
         if pos < n and text[pos] == ".":
             frac_start = pos + 1
             pos = _DIGITS.match(text, frac_start).end()  # type: ignore[union-attr]
-            whole = whole or pos > frac_start
+            digits = digits or pos > frac_start
         number_end = pos
         pos = _UNIT.match(text, pos).end()  # type: ignore[union-attr]
         unit = text[number_end:pos]
-        if not whole or unit not in GO_UNITS:
+        if not digits or unit not in GO_UNITS:
             raise ValueError(f"invalid duration {original!r}: expected <number><unit> (ns, us, ms, s, m, h) at "
                              f"{text[start:]!r}")
         total += float(text[start:number_end]) * GO_UNITS[unit]
