@@ -1,7 +1,7 @@
 """The argv a container runs, read from its spec (pure): `$(VAR)` expansion and shell words, bounded.
 
-A tenant's Pod decides both the text and how far it expands: 60 KB of `$(X)` references to a
-20,000-character variable are 200 MB. So expansion counts what it would write and stops at a
+A tenant's Pod decides both the text and how far it expands: a few pages of `$(X)` references to
+a long variable are hundreds of megabytes. So expansion counts what it would write and stops at a
 budget, before building it: MAX_ARG_CHARS for one argument or env value (Linux's MAX_ARG_STRLEN:
 execve refuses a longer one, so no container that runs has one), MAX_CONTAINER_CHARS for all that
 one container's references expand to (text without a `$` is the pod's own, already read: it is
@@ -14,8 +14,8 @@ undefined or unclosed reference stays as written. Env values expand against the 
 before them, in order; a `valueFrom` variable's value is not known here, so references to it stay.
 
 `shell_words` is `shlex.split` (POSIX, no comments), for the `sh -c "... --flag=v ..."` strings a
-chart may use, read by one regex over the pieces of a word (shlex reads a character at a time:
-0.4 s for one 128 KiB word).
+chart may use, read by one regex over the pieces of a word (shlex reads a character at a time in
+Python, far slower on long text).
 """
 
 from __future__ import annotations

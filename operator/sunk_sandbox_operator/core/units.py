@@ -7,8 +7,8 @@ scheduler.conf, `spec.resyncInterval` and `spec.scope.minRollInterval` (the CRD 
     [+-]? ( "0" | ( <digits> [ "." <digits> ] <unit> )+ )     units: ns us µs μs ms s m h
 
 where either side of the "." may be empty, not both. Read left to right, each character once (a
-regex with `\\d+\\.?\\d*` before a unit went back over a run of digits once per digit: 16,000
-digits and a bad unit took four seconds); and nothing longer than MAX_DURATION_CHARS is read at
+regex with `\\d+\\.?\\d*` before a unit went back over a run of digits once per digit: quadratic
+in the run); and nothing longer than MAX_DURATION_CHARS is read at
 all: no duration Go accepts needs that many (Go overflows past 2562047h47m16.854775807s).
 """
 
