@@ -150,6 +150,12 @@ PARSERS: tuple[Parser, ...] = (
 NOT_TENANT_TEXT: dict[str, str] = {
     "tenancy._SYSTEM": "the operator's own system-namespace globs",
     "tenancy.TenancyPolicy.may_reach": "the admin's --allow-reach globs",
+    "tenancy.TenancyPolicy.grant_bound": "the admin's --allow-grant globs",
+    "redact.*": "exception text and log lines: cut to 4 KiB before the quote and control passes (elide_quoted, "
+                "clean); the secret pattern is an alternation of at most MAX_FRAGMENTS escaped literals",
+    "policy_contention._epoch": "the operator's own status.policy.contention times (fromisoformat, C, one pass)",
+    "policy_handoff.*": "the names of the binding's desired policy fields (the operator's keys, the CRD-bounded "
+                        "annotation keys): one-pass patterns without nested quantifiers",
     "ownership.from_json": "the operator's own record ConfigMap, in its own namespace",
     "policy_paths.*": "paths the operator formatted itself (format_path) into its record and status",
     "adapters/kube.Kube.read_secret_key": "a Secret value base64-decoded by C in one pass; used as a token, never parsed",
