@@ -13,7 +13,8 @@ for 22.05, slurm-versions.md for 24.11 and 26.05), one row of `RELEASES` each:
 | `/partitions?update_time`, nothing changed | 304 | v40/41: 500 error 9202; v42: 304 | 304 |
 | `job_state`; numbers | "RUNNING"; plain | ["RUNNING"]; `{set, infinite, number}` | the same |
 | ping | `ping: UP` | `pinged: UP` (+ `responding` from v42) | v45: `responding` only |
-| `meta.slurm.version` | `meta.Slurm`, integers | integers | strings ("26", "05", "5") |
+| a ping with a refused token | 500, error -1 | 200, `pinged: DOWN`, `responding: false` | 200, `responding: false`, `status` says why |
+| `meta.slurm.version` | `meta.Slurm`, integers | strings ("24", "11", "5") | strings ("26", "05", "5") |
 
 `update_time` is inclusive, in whole seconds of the fake clock; `down` makes every request fail to
 connect. A held job is PENDING for `JobHeldUser`.
@@ -140,8 +141,7 @@ class FakeSlurm:
             return {"plugin": {"type": f"openapi/{version}"},
                     "Slurm": {"version": {"major": int(major), "minor": int(minor), "micro": int(micro)},
                               "release": self.r.full}}
-        parts: dict[str, Any] = ({"major": major, "minor": minor, "micro": micro} if self.release == "26.05"
-                                 else {"major": int(major), "minor": int(minor), "micro": int(micro)})
+        parts = {"major": major, "minor": minor, "micro": micro}   # strings from 24.11 on
         return {"plugin": {"type": "openapi/slurmctld", "data_parser": f"data_parser/{version}"},
                 "slurm": {"version": parts, "release": self.r.full, "cluster": "ci"},
                 **({"client": {"source": "[127.0.0.1]:1"}, "command": []} if self.release == "26.05" else {})}
@@ -161,7 +161,15 @@ class FakeSlurm:
         if not token:
             return httpx.Response(401, text="Authentication failure")
         named = self.tokens.get(token)
-        return None if named is not None and (user is None or user == named) else httpx.Response(511, json=REFUSED_511)
+        if named is not None and (user is None or user == named):
+            return None
+        if request.url.path.endswith("/ping"):  # slurmctld "does not respond" to a refused token's ping
+            version = request.url.path.split("/")[2]
+            ping = self._ping(version)
+            ping = ({**ping, "pinged": "DOWN", **({"responding": False} if "responding" in ping else {})}
+                    if self.release == "24.11" else {**ping, "responding": False, "status": "Protocol authentication error"})
+            return self._json(200, version, pings=[ping])
+        return httpx.Response(511, json=REFUSED_511)
 
     def _answer(self, request: httpx.Request) -> httpx.Response:
         path = request.url.path

@@ -227,6 +227,8 @@ def test_update_time_refused_ping_and_release() -> None:
     assert v.responding({"pings": [{"ping": "UP"}]}) and v.responding({"pings": [{"responding": True}]})
     assert v.responding({"pings": [{"pinged": "UP", "responding": True}]})
     assert v.responding({"pings": [{"pinged": "DOWN"}]}) is False and v.responding({"pings": []}) is None
+    assert v.ping_status({"pings": [{"responding": False, "status": "Protocol authentication error"}]}) == \
+        "Protocol authentication error" and v.ping_status({"pings": [{"ping": "UP"}]}) == ""
     assert v.release({"meta": {"Slurm": {"release": "22.05.8"}}}) == "22.05.8"
     assert v.release({"meta": {"slurm": {"version": {"major": "26", "minor": "05", "micro": "5"}}}}) == "26.05.5"
     assert v.release({"meta": {"slurm": {"version": {"major": 24, "minor": 11, "micro": 5}}}}) == "24.11.5"

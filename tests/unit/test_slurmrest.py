@@ -201,6 +201,11 @@ async def test_a_refused_token_is_auth_failed_in_each_release(release) -> None:
     with pytest.raises(sr.SlurmAuthFailed) as exc:
         await c.partition("sandboxes", "k8sop", token)
     assert ("HTTP 500" if release == "22.05" else "HTTP 511") in str(exc.value)
+    # 24.11+ answer the ping itself with a 200 whose slurmctld "does not respond": not unreachable
+    with pytest.raises(sr.SlurmAuthFailed) as exc:
+        await c.ping("k8sop", token)
+    assert {"22.05": "HTTP 500", "24.11": "HTTP 511", "26.05": "the ping says 'Protocol authentication error'"}[
+        release] in str(exc.value)
 
 
 @pytest.mark.parametrize("release", list(RELEASES))
@@ -257,8 +262,17 @@ async def test_an_http_stack_refusal_is_never_quoted() -> None:
     assert TOKEN not in str(exc.value) and "Illegal header" not in str(exc.value)
 
 
-async def test_a_ping_that_says_slurmctld_does_not_respond_is_unreachable() -> None:
+async def test_a_ping_that_says_slurmctld_does_not_respond_asks_diag_whose_status_tells() -> None:
+    """Measured on 24.11 and 26.05 with slurmctld stopped: the ping is a 200 saying "not responding",
+    any other request a 502 (error 1800) after slurmrestd's own retries."""
+    down = {"errors": [{"description": "Unable to query diag", "error_number": 1800,
+                        "error": "Unable to contact slurm controller (connect failure)"}]}
     for pings in ([{"ping": "DOWN"}], [{"pinged": "DOWN", "responding": False}], [{"responding": False}]):
-        c = client(lambda request, p=pings: httpx.Response(200, json={"pings": p, "errors": []}))
-        with pytest.raises(sr.SlurmUnreachable, match="does not respond"):
-            await c.ping("k8sop", token)
+        def answer(request: httpx.Request, p=pings) -> httpx.Response:
+            if request.url.path.endswith("/diag"):
+                return httpx.Response(502, json=down)
+            return httpx.Response(200, json={"pings": p, "errors": []})
+        with pytest.raises(sr.SlurmUnreachable, match="Unable to contact slurm controller"):
+            await client(answer).ping("k8sop", token)
+    both = client(lambda request: httpx.Response(200, json={"pings": [{"responding": False}], "statistics": {}}))
+    assert (await both.ping("k8sop", token))["pings"]  # diag answers: slurmctld does answer this user

@@ -201,12 +201,14 @@ class SlurmClient:
             text = str(exc).replace(value, "<token>") if value else str(exc)
             raise SlurmUnreachable(f"{type(exc).__name__}: {text}"[:MESSAGE_MAX]) from None
         seconds = self._clock() - started
-        self._on_request(endpoint, str(status))
         text = raw.decode("utf-8", errors="replace")
         try:
             body = json.loads(text) if text.strip() and status != 304 else None
         except (ValueError, RecursionError):
             body = None
+        # 24.11+'s "nothing changed" 200 is counted as such (22.05 says it with a 304)
+        quiet = status == 200 and bool(params) and endpoint == "jobs" and versions.unchanged(body)
+        self._on_request(endpoint, "unchanged" if quiet else str(status))
         return status, body, text, len(raw), seconds
 
     async def _version(self, user: str, token: TokenSource) -> str:
@@ -287,11 +289,16 @@ class SlurmClient:
         return await self._get(endpoint, endpoint, user, token)
 
     async def ping(self, user: str, token: TokenSource) -> dict:
-        """The ping answer; SlurmUnreachable when it says slurmctld does not respond."""
+        """The ping answer. One that says slurmctld does not respond is what 24.11+ also answer a
+        refused token with (HTTP 200; 26.05 names the authentication error): then GET diag, whose
+        status tells (511: the token; 502: slurmctld not answering slurmrestd)."""
         page = await self._get("ping", "ping", user, token)
         assert page is not None
         if versions.responding(page.body) is False:
-            raise SlurmUnreachable("slurmrestd answers, but its ping says slurmctld does not respond")
+            said = versions.ping_status(page.body)
+            if "authentication" in said.lower():
+                raise SlurmAuthFailed(f"HTTP 200, the ping says {said!r} (slurmctld refused the token)")
+            await self._get("diag", "diag", user, token)
         return page.body
 
     async def partition(self, name: str, user: str, token: TokenSource) -> dict:

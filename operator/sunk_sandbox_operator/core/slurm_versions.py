@@ -13,7 +13,8 @@ The rest reads the answers whose shape changed between releases, tolerantly (fie
 numbers as `{"set","infinite","number"}` objects, `meta.slurm.version.*` as strings in 26.05):
 the unchanged job list (304 on 22.05; from 24.11 on a 200 with `jobs: []`, `last_update.number`
 0 and a warning), 24.11's refusal of `update_time` at v0.0.40/v0.0.41 (error 9202), the ping's
-word for a responding slurmctld, and the release a `meta` names.
+word for a responding slurmctld (from 24.11 on a refused token is a 200 ping that says "not
+responding" too: the client asks again where the HTTP status tells), and the release a `meta` names.
 """
 
 from __future__ import annotations
@@ -132,6 +133,16 @@ def responding(body: Any) -> bool | None:
             if isinstance(word, str):
                 said.append(word.upper() == "UP")
     return any(said) if said else None
+
+
+def ping_status(body: Any) -> str:
+    """The first ping's `status` text (26.05 says why slurmctld did not respond: "Protocol
+    authentication error" for a refused token), or ""."""
+    pings = body.get("pings") if isinstance(body, Mapping) else None
+    for p in pings if isinstance(pings, list) else []:
+        if isinstance(p, Mapping) and isinstance(p.get("status"), str):
+            return str(p["status"])[:TEXT_MAX]
+    return ""
 
 
 def release(body: Any) -> str | None:
