@@ -303,6 +303,7 @@ class SlurmCluster:
         if self.root is not None:  # 23.02+ read cgroup.conf: no cgroups here
             (b / "etc" / "cgroup.conf").write_text("CgroupPlugin=disabled\n")
             os.chmod(b / "etc" / "cgroup.conf", 0o644)
+            slurm_chroot.ensure_hosts(self.root, host)
         sock = b / "munge" / "munge.socket.2"
         m = lambda name: self.inner(b / "munge" / name)  # noqa: E731
         munged = ["munged", "--foreground", f"--key-file={m('munge.key')}", f"--socket={m('munge.socket.2')}",

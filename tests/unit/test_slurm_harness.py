@@ -109,3 +109,17 @@ def test_leftovers_are_found_by_the_marker_never_by_name(tmp_path):
         child.kill()
         child.wait()
     assert child.pid not in cluster.leftovers()
+
+
+def test_the_chroot_names_this_host_so_slurmctld_asks_no_dns(tmp_path):
+    from sunk_sandbox_devtools import slurm_chroot as c
+
+    (tmp_path / "etc").mkdir()
+    c.ensure_hosts(tmp_path, "vm")
+    text = (tmp_path / "etc" / "hosts").read_text()
+    assert "127.0.0.1 vm\n" in text and "127.0.0.1 localhost" in text
+    before = (tmp_path / "etc" / "hosts").stat().st_mtime_ns
+    c.ensure_hosts(tmp_path, "vm")   # unchanged: not rewritten
+    assert (tmp_path / "etc" / "hosts").stat().st_mtime_ns == before
+    c.ensure_hosts(tmp_path, "other")
+    assert "127.0.0.1 other\n" in (tmp_path / "etc" / "hosts").read_text()
