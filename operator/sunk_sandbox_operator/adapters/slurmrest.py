@@ -41,7 +41,7 @@ from ..core.slurm import header_problem
 
 TokenSource = Callable[[], Awaitable[str]]
 
-MAX_BODY_BYTES = 64 * 1024 * 1024   # ~25,000 jobs at 2.6 KB each
+MAX_BODY_BYTES = 64 * 1024 * 1024   # ~25,000 jobs at 2.6 KB (22.05), ~13,000 at 5 KB (24.11+)
 SLOW_REFUSAL_SECONDS = 3.0          # a -1 slower than this is slurmctld not answering slurmrestd
 NOT_FOUND_ERRNOS = {2000}           # ESLURM_INVALID_PARTITION_NAME
 MESSAGE_MAX = 300
