@@ -276,3 +276,23 @@ async def test_a_ping_that_says_slurmctld_does_not_respond_asks_diag_whose_statu
             await client(answer).ping("k8sop", token)
     both = client(lambda request: httpx.Response(200, json={"pings": [{"responding": False}], "statistics": {}}))
     assert (await both.ping("k8sop", token))["pings"]  # diag answers: slurmctld does answer this user
+
+
+async def test_errors_in_a_200_are_read() -> None:
+    """slurmrestd may answer 200 with `errors`: an empty list with errors is an error, never an empty
+    list; a partition absent from a 200 is missing, with what the errors and warnings said."""
+    said = {"errors": [{"description": "Unable to query jobs", "error_number": 1800, "error": "connect failure"}]}
+    c = client(lambda request: httpx.Response(200, json={"jobs": [], **said}))
+    with pytest.raises(sr.SlurmAPIError, match="HTTP 200 without jobs, with errors: Unable to query jobs"):
+        await c.jobs("k8sop", token)
+    c = client(lambda request: httpx.Response(200, json={"partitions": None, **said}))
+    with pytest.raises(sr.SlurmAPIError, match="without partitions"):
+        await c.partitions("k8sop", token)
+    c = client(lambda request: httpx.Response(200, json={"partitions": [], "errors": [
+        {"error": "Invalid partition name specified", "errno": 2000}]}))
+    with pytest.raises(sr.SlurmNotFound, match="without partition 'hpc': Invalid partition name specified"):
+        await c.partition("hpc", "k8sop", token)
+    c = client(lambda request: httpx.Response(200, json={"jobs": [{"job_id": 1, "name": "a/b"}], **said}))
+    assert (await c.jobs("k8sop", token)).body["jobs"]   # jobs with a complaint: the jobs
+    c = client(lambda request: httpx.Response(200, json={"jobs": [], "errors": []}))
+    assert (await c.jobs("k8sop", token)).body["jobs"] == []   # truly none

@@ -19,7 +19,8 @@ How slurmrestd answers what goes wrong (measured: shared/reference/slurm.md, slu
   retries (9 s here): a -1 that slow is reported as unreachable, not as a refused token;
 - a missing partition: 22.05 HTTP 500 with `errno` 2000; 24.11 422 `Unable to find partition`;
   26.05 HTTP 200 with `partitions: null` and that text as a warning;
-- a path (a version) it does not serve: 404, plain text;
+- a path (a version) it does not serve: 404, plain text (a missing object, e.g. a job, is a JSON 404);
+- a 200 may carry `errors`: a list it leaves empty with errors is an error, never an empty list;
 - `?update_time=<epoch>`, nothing changed since (inclusive, seconds): 22.05 304 with an empty body;
   24.11+ (v0.0.42+) a 200 whose `jobs` is empty, `last_update` 0, with the warning `No job changes
   since` (/partitions still 304); 24.11's v0.0.40/41 refuse the parameter (422 or 500, error 9202):
@@ -308,12 +309,21 @@ class SlurmClient:
         parts = [p for p in page.body.get("partitions") or [] if isinstance(p, dict)]
         found = next((p for p in parts if p.get("name") == name), None)
         if found is None:
-            said = versions.warnings(page.body)
+            errors = _errors(page.body)
+            said = "; ".join(filter(None, (_describe(errors) if errors else "", versions.warnings(page.body))))
             raise SlurmNotFound(f"HTTP 200 without partition {name!r}" + (f": {said}" if said else ""))
         return found
 
+    @staticmethod
+    def _whole(endpoint: str, page: Page | None) -> Page | None:
+        """A 200 list that is empty *and* carries errors is an error, never an empty list (which would
+        make every placeholder job missing)."""
+        if page is not None and not page.body.get(endpoint) and _errors(page.body):
+            raise SlurmAPIError(f"HTTP 200 without {endpoint}, with errors: {_describe(_errors(page.body))}")
+        return page
+
     async def partitions(self, user: str, token: TokenSource, update_time: int | None = None) -> Page | None:
-        return await self._list("partitions", user, token, update_time)
+        return self._whole("partitions", await self._list("partitions", user, token, update_time))
 
     async def jobs(self, user: str, token: TokenSource, update_time: int | None = None) -> Page | None:
         """The whole job list (no name filter exists in any version); None: unchanged since update_time
@@ -321,7 +331,7 @@ class SlurmClient:
         page = await self._list("jobs", user, token, update_time)
         if page is not None and update_time is not None and not self.full_lists_only and versions.unchanged(page.body):
             return None
-        return page
+        return self._whole("jobs", page)
 
     async def server_time(self, user: str, token: TokenSource) -> int | None:
         """slurmctld's clock (GET /diag, statistics.req_time): the poller's `update_time` is in its
