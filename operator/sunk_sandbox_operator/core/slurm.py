@@ -239,7 +239,7 @@ def iso(ts: float) -> str:
     try:
         return datetime.fromtimestamp(int(ts), timezone.utc).isoformat().replace("+00:00", "Z")
     except (OverflowError, OSError, ValueError):  # e.g. a token's `exp` claim, written by a tenant
-        return f"{printable(ts)} (no calendar date)"
+        return f"epoch {printable(ts)}"  # printable: an inf or a NaN has no int either
 
 
 # ---------------------------------------------------------------- SlurmReady
