@@ -288,3 +288,20 @@ async def test_healthz_and_readyz_answer_from_the_keepers_callables() -> None:
         await runner.cleanup()
 
 
+
+
+# ---------------------------------------------------------------- the failpoint the integration test stalls with
+
+
+def test_the_stall_failpoint_holds_once_and_is_named() -> None:
+    from sunk_sandbox_operator.controller.failpoints import Failpoints
+
+    held: list[int] = []
+    points = Failpoints("stall-in-reconcile=25,after-policy-write=2", exit=lambda code: None, hold=held.append)
+    points.stall("stall-in-reconcile")
+    points.stall("stall-in-reconcile")
+    assert held == [25]
+    Failpoints("", hold=held.append).stall("stall-in-reconcile")
+    assert held == [25]
+    with pytest.raises(ValueError, match="stall-in-reconcile"):
+        Failpoints("stall-in-nothing=1")

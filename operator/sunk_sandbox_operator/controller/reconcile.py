@@ -95,6 +95,7 @@ async def _admit(ctx: Context, state: BindingState) -> list[tenancy.Violation]:
 async def reconcile(ctx: Context, state: BindingState, *, resync: bool = True) -> None:
     """One reconcile. `resync`: the periodic one (the runner policy is read again even when
     nothing it depends on changed); False when something woke it."""
+    ctx.failpoints.stall("stall-in-reconcile")
     async with state.lock:  # a reconcile and a finalize never interleave: one admitted spec at a time
         await _reconcile(ctx, state, resync)
 
