@@ -305,3 +305,14 @@ def test_the_stall_failpoint_holds_once_and_is_named() -> None:
     assert held == [25]
     with pytest.raises(ValueError, match="stall-in-reconcile"):
         Failpoints("stall-in-nothing=1")
+
+
+async def test_a_command_arriving_with_the_lease_is_not_lost(tasks) -> None:
+    """"release" taken from the queue in the same step as the acquire ends: handled, not dropped."""
+    clock, api = SimClock(), FakeLeaseAPI()
+    a = Replica(api, clock, "a", tasks)
+    a.command("standby 0")
+    a.command("release")                                   # both queued before the keeper runs
+    await clock.run_until(1001.0)
+    assert a.running.done() and a.drain() == [("leading", 1), ("released", 0)]
+    assert api.spec()["holderIdentity"] == "" and a.words.until() == 0.0

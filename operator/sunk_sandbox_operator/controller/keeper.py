@@ -131,11 +131,12 @@ class LeaseKeeper:
                  tell: Callable[[str], None]) -> None:
         self.elector, self.words, self.commands, self.tell = elector, words, commands, tell
         self.term = 0
+        self._early: Note | None = None  # a command that arrived with the end of an acquire or a hold
 
     async def run(self) -> None:
         """Until "release" (the Lease released if held, "released" told) or EOF (nothing released)."""
         while True:
-            kind, n = await self.commands.get()
+            kind, n = await self._command()
             if kind in ("release", "eof"):
                 if kind == "release":
                     self.tell("released")
@@ -154,10 +155,10 @@ class LeaseKeeper:
         """True once the Lease is ours; False when told to stop first (then done here)."""
         acquiring = asyncio.ensure_future(self.elector.acquire())
         while True:
-            command = asyncio.ensure_future(self.commands.get())
+            command = asyncio.ensure_future(self._command())
             done, _ = await asyncio.wait({acquiring, command}, return_when=asyncio.FIRST_COMPLETED)
             if acquiring in done:
-                command.cancel()
+                self._keep_early(command)
                 acquiring.result()
                 return True
             kind, _ = command.result()
@@ -171,10 +172,10 @@ class LeaseKeeper:
         """True when the Lease was lost (GATE shut first); False when told to stop (then done here)."""
         holding = asyncio.ensure_future(self.elector.hold(self.words.shut))
         while True:
-            command = asyncio.ensure_future(self.commands.get())
+            command = asyncio.ensure_future(self._command())
             done, _ = await asyncio.wait({holding, command}, return_when=asyncio.FIRST_COMPLETED)
             if holding in done:
-                command.cancel()
+                self._keep_early(command)
                 holding.result()
                 return True
             kind, _ = command.result()
@@ -184,6 +185,19 @@ class LeaseKeeper:
                 await asyncio.gather(holding, return_exceptions=True)
                 await self._stop(release=kind == "release")
                 return False
+
+    async def _command(self) -> Note:
+        if self._early is not None:
+            early, self._early = self._early, None
+            return early
+        return await self.commands.get()
+
+    def _keep_early(self, command: "asyncio.Future[Note]") -> None:
+        """The wait for a command ends with the other work: a command already taken is kept, not lost."""
+        if command.done() and not command.cancelled():
+            self._early = command.result()
+        else:
+            command.cancel()
 
     async def _stop(self, release: bool) -> None:
         self.words.shut()
