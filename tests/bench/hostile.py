@@ -21,8 +21,9 @@ the victim creates a matching namespace every `every` seconds; each is timed fro
 its name in the victim's scheduler ConfigMap (watched). Meanwhile /healthz of the leader is read
 every second (its slowest answer), and the Lease is read at each phase's start and end. Printed
 per phase: victim latency p50 / max beside the baseline and the 2x goal, Lease transitions (goal 0),
-leadership ends in the replicas' logs, /healthz's slowest answer, the leader's peak RSS (main process
-and Lease keeper), and the hostile binding's Ready reason. Exit status 0 once the table is printed.
+leadership ends in the replicas' logs, /healthz's slowest answer, the leader's peak RSS (the main
+process's VmHWM, and the Lease keeper's private pages: the rest it shares with the main process),
+and the hostile binding's Ready reason. Exit status 0 once the table is printed.
 """
 
 from __future__ import annotations
@@ -183,6 +184,17 @@ def peak_mib(pid: int | None) -> float | None:
         return None
 
 
+def private_mib(pid: int | None) -> float | None:
+    """The pages only this process holds (a forked keeper shares the rest with its parent)."""
+    if pid is None:
+        return None
+    try:
+        lines = Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()
+    except OSError:
+        return None
+    return sum(int(line.split()[1]) for line in lines if line.startswith(("Private_Clean:", "Private_Dirty:"))) / 1024
+
+
 def leadership_ends(operators: list, offsets: list[int]) -> int:
     """Lines saying a replica stopped writing (leadership ended) since `offsets`."""
     count = 0
@@ -267,7 +279,8 @@ def main(argv: list[str] | None = None) -> int:
                                act=lambda: make_hostile(kube, ns, case))
                 leader = next((op for op in operators if op.proc.poll() is None
                                and _leads(op)), operators[0])
-                rss = (f"{_mib(peak_mib(leader.proc.pid))} + keeper {_mib(peak_mib(keeper_pid(leader.proc.pid)))}")
+                rss = (f"{_mib(peak_mib(leader.proc.pid))} (VmHWM) + keeper "
+                       f"{_mib(private_mib(keeper_pid(leader.proc.pid)))} private")
                 rows.append((f"({case}) {CASES[case]}", result, ready_reason(kube, ns), rss))
                 try:
                     remove_hostile(kube, ns)

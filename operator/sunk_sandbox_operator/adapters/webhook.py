@@ -146,9 +146,11 @@ class LoopThread:
         try:
             loop.run_forever()
         finally:
-            loop.run_until_complete(self._server.stop())
-            loop.run_until_complete(loop.shutdown_asyncgens())
-            loop.close()
+            try:
+                loop.run_until_complete(self._server.stop())
+                loop.run_until_complete(loop.shutdown_asyncgens())
+            finally:
+                loop.close()
 
     async def start(self) -> None:
         """Once the server listens (its build's error raised here)."""
