@@ -721,3 +721,27 @@ async def test_on_renewed_hears_each_write_deadline(tasks) -> None:
     link.mode = "down"
     await clock.run_until(1030.0)
     assert heard[-1] == -1.0 and all(h <= 1014.0 + 4.0 for h in heard[:-1])
+
+
+async def test_an_error_without_a_message_is_named_and_a_slow_take_over_is_said_as_such(tasks, caplog) -> None:
+    caplog.set_level("INFO", logger="sunk_sandbox_operator")
+    clock, api = SimClock(), FakeLeaseAPI()
+    link = Link(api, clock)
+    link.mode = "hang"                                          # a TimeoutError("no answer")... then slow answers
+    a = make(link, clock, "a", standby_poll=0.5)
+    acquiring = tasks.start(a.acquire())
+    await clock.run_until(1003.0)
+    link.mode, link.slow = "slow", 6.0                          # GET + PUT take 12 s: past the 10 s deadline
+    await clock.run_until(1060.0)
+    link.mode = None
+    await clock.run_until(1070.0)
+    assert acquiring.done()
+    said = lines(caplog)
+    assert said[0].endswith("cannot acquire sunk-system/sunk-sandbox-operator: no answer; retrying with backoff "
+                            "(up to 30s apart), logged again only when this changes")
+    assert f"leader election: taking {NS}/{NAME} took longer than the renew deadline (10s); trying again" in said
+    assert all("is held by 'a'" not in m for m in said)
+
+
+def test_text_names_an_error_without_a_message() -> None:
+    assert leader_mod._text(TimeoutError()) == "TimeoutError" and leader_mod._text(ValueError("x")) == "x"

@@ -83,6 +83,11 @@ def _kind(exc: BaseException) -> str:
     return f"{type(exc).__name__} {code}" if isinstance(code, int) else type(exc).__name__
 
 
+def _text(exc: BaseException) -> str:
+    """The error's message, or its type when it has none (a timeout)."""
+    return str(exc) or type(exc).__name__
+
+
 class _Said:
     """The state last logged: a line when the state changes, not one per attempt."""
 
@@ -160,18 +165,22 @@ class LeaderElector:
         failures = 0  # consecutive errors: the backoff's exponent
         while True:
             try:
-                if await self._try_acquire_or_renew() and self.is_leader():
-                    break
+                if await self._try_acquire_or_renew():
+                    if self.is_leader():
+                        break
+                    self._said(("slow",), logging.INFO, "leader election: taking %s took longer than the renew "
+                               "deadline (%gs); trying again", where, self.renew_deadline)
+                else:
+                    self._said(("held", self.holder()), logging.INFO, "leader election: %s is held by %r; standing "
+                               "by", where, self.holder())
                 failures = 0
-                self._said(("held", self.holder()), logging.INFO, "leader election: %s is held by %r; standing by",
-                           where, self.holder())
             except Conflict as exc:
                 failures = 0
                 self._said(("race",), logging.INFO, "leader election: lost a race for %s (%s); standing by", where, exc)
             except Exception as exc:
                 failures += 1
                 self._said(("error", _kind(exc)), logging.WARNING, "leader election: cannot acquire %s: %s; retrying "
-                           "with backoff (up to %gs apart), logged again only when this changes", where, exc,
+                           "with backoff (up to %gs apart), logged again only when this changes", where, _text(exc),
                            ERROR_BACKOFF_CAP)
             await self._sleep(self._next_attempt(failures))
         log.info("leader election: %s leads (%s)", self.identity, where)
@@ -212,7 +221,7 @@ class LeaderElector:
                 continue
             except Exception as exc:
                 self._said(("renew error", _kind(exc)), logging.WARNING, "leader election: cannot renew %s/%s, "
-                           "retrying until the renew deadline: %s", self.namespace, self.name, exc)
+                           "retrying until the renew deadline: %s", self.namespace, self.name, _text(exc))
                 continue
             if not held:
                 log.warning("leader election: %s/%s is now held by %r", self.namespace, self.name, self.holder())
