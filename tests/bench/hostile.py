@@ -22,7 +22,8 @@ its name in the victim's scheduler ConfigMap (watched). Meanwhile /healthz of th
 every second (its slowest answer), and the Lease is read at each phase's start and end. Printed
 per phase: victim latency p50 / max beside the baseline and the 2x goal, Lease transitions (goal 0),
 leadership ends in the replicas' logs, /healthz's slowest answer, the leader's peak RSS (the main
-process's VmHWM, and the Lease keeper's private pages: the rest it shares with the main process),
+process's VmHWM, reset at each phase's start, and the Lease keeper's private pages: the rest it
+shares with the main process),
 and the hostile binding's Ready reason. Exit status 0 once the table is printed.
 """
 
@@ -184,6 +185,15 @@ def peak_mib(pid: int | None) -> float | None:
         return None
 
 
+def reset_peak(pid: int | None) -> None:
+    """VmHWM starts again from VmRSS (Linux: `5` into clear_refs), so each phase shows its own peak."""
+    if pid is not None:
+        try:
+            Path(f"/proc/{pid}/clear_refs").write_text("5")
+        except OSError:
+            pass
+
+
 def private_mib(pid: int | None) -> float | None:
     """The pages only this process holds (a forked keeper shares the rest with its parent)."""
     if pid is None:
@@ -271,17 +281,18 @@ def main(argv: list[str] | None = None) -> int:
             kube.create_binding(SLURM_NS, BINDING, scale_spec(runner_id, emulator, grant=False))
             kube.wait_condition(SLURM_NS, BINDING, "ScopeSynced", "True", timeout=120)
             log("victim binding synced; baseline")
-            rows.append(("baseline", phase(kube, operators, "base", args.dwell / 2, args.every), "—", ""))
+            for op in operators:
+                reset_peak(op.proc.pid)
+            result = phase(kube, operators, "base", args.dwell / 2, args.every)
+            rows.append(("baseline", result, "—", _rss(operators)))
             for case in [c.strip() for c in args.only.split(",") if c.strip()]:
                 ns = hostile_tenant(kube, emulator, case)
                 log(f"case ({case}): {CASES[case]}")
+                for op in operators:
+                    reset_peak(op.proc.pid)
                 result = phase(kube, operators, f"h{case}", args.dwell, args.every,
                                act=lambda: make_hostile(kube, ns, case))
-                leader = next((op for op in operators if op.proc.poll() is None
-                               and _leads(op)), operators[0])
-                rss = (f"{_mib(peak_mib(leader.proc.pid))} (VmHWM) + keeper "
-                       f"{_mib(private_mib(keeper_pid(leader.proc.pid)))} private")
-                rows.append((f"({case}) {CASES[case]}", result, ready_reason(kube, ns), rss))
+                rows.append((f"({case}) {CASES[case]}", result, ready_reason(kube, ns), _rss(operators)))
                 try:
                     remove_hostile(kube, ns)
                 except Exception:  # noqa: BLE001
@@ -299,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print("| phase | victim namespace -> listed: p50 / max (listed/created) | p50 vs baseline (goal ≤ 2×) | "
           "Lease transitions (goal 0) / leadership ends | /healthz slowest (failures); main loop stalled | "
-          "leader peak RSS | hostile binding Ready |")
+          "leader peak RSS in the phase | hostile binding Ready |")
     print("|---|---|---|---|---|---|---|")
     for label, r, reason, rss in rows:
         lat = ("none listed" if r["p50"] is None else
@@ -314,6 +325,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"this run: PYTHONPATH=operator .venv/bin/python -m tests.bench.hostile --namespaces {args.namespaces} "
           f"--pods {args.pods} --dwell {args.dwell:g} --every {args.every:g} --only {args.only}")
     return 0
+
+
+def _rss(operators: list) -> str:
+    """The leader's peak RSS in the phase (VmHWM, reset at its start) and its keeper's private pages."""
+    leader = next((op for op in operators if op.proc.poll() is None and _leads(op)), operators[0])
+    return (f"{_mib(peak_mib(leader.proc.pid))} (VmHWM) + keeper "
+            f"{_mib(private_mib(keeper_pid(leader.proc.pid)))} private")
 
 
 def _leads(op) -> bool:
