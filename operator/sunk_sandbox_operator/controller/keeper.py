@@ -1,12 +1,12 @@
 """The Lease keeper: leader election and the health probes in a process of their own.
 
 Why: the operator reconciles every tenant's binding on one asyncio event loop. A tenant's object
-that costs CPU in a reconcile (a quadratic parse of 140,000 spaces took 30-40 s) blocked that loop,
-and with it the Lease renewal and /healthz: the leader lost its Lease 10 times in 5.5 minutes and
-the probe would have restarted the pod. client-go renews from a goroutine of its own. In Python a
-thread is not enough: `re`, `str.replace`, json and YAML decoding and the cyclic GC run in C while
-holding the GIL, so no other thread of the process runs meanwhile (measured: a thread ticking every
-10 ms did not run once during a 1.15 s `re.sub`). A forked child process shares no GIL, so nothing a
+that costs CPU in a reconcile (a quadratic parse, a huge expansion) held that loop, and with it
+the Lease renewal and /healthz: the leader lost its Lease again and again, and the probe would have
+restarted the pod (README, Scale: "Hostile tenants"). client-go renews from a goroutine of its own.
+In Python a thread is not enough: `re`, `str.replace`, the json and YAML decoders and the cyclic GC
+run in C holding the GIL, so no other thread of the process runs meanwhile (a thread ticking every
+10 ms does not tick during a long `re.sub`). A forked child process shares no GIL, so nothing a
 tenant makes the operator compute can delay the renewal or the probes.
 
     operator (main process)                       keeper (child, forked at start: its own event
@@ -18,8 +18,9 @@ tenant makes the operator compute can delay the renewal or the probes.
             |--- "release": writing stopped (shutdown): release the Lease, exit -------------->|
             |<-- "released" -------------------------------------------------------------------|
 
-Shared words (an anonymous shared page; each 8-byte aligned word has one writer, so a read sees
-either the old or the new value, never a mix):
+Shared words (an anonymous shared page; each word has one writer and is one native 8-byte,
+8-byte-aligned copy, a single load or store on x86-64 and arm64, so a read sees the old or the new
+value, never a mix):
     GATE   keeper -> main: the monotonic time (ns) until which the main process may write: the
            start of the last successful acquire/renew + renew_deadline (controller/leader.py); 0: shut
     BEAT   main -> keeper: when the main event loop last turned (the heartbeat task, every 0.5 s)
