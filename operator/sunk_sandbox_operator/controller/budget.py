@@ -21,7 +21,10 @@ otherwise make the costly step run again at once. A reconcile within budget ends
 What it does not do: interrupt a step. A pure step cannot be stopped from the same thread, so an
 overrun is seen when the step ends; the first one costs its full time, the backoff bounds how
 often. A new leader (or a restart) starts without the memory and pays once more. Deletion
-(the finalizer's Restore) is not budgeted: it runs once.
+(the finalizer's Restore) is not budgeted: it runs once. Work a reconcile hands to other tasks
+(grant creates, a scope sync signalled by a namespace event between reconciles) is not counted:
+those parse nothing but the target document, bounded by core/untrusted.py and parsed once per
+resourceVersion.
 """
 
 from __future__ import annotations
