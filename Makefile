@@ -110,6 +110,15 @@ SCALE ?=
 bench-scale: binaries
 	PYTHONPATH=operator $(BIN)/python -m tests.bench.scale $(SCALE)
 
+# One hostile tenant at a time (a slurm.conf key of 140,000 spaces, a $(X) expansion bomb, a 24,000-digit
+# kill-wait, 110 ConfigMaps of 1 MB) while another tenant's new namespaces are timed; two replicas;
+# Lease transitions, /healthz and peak RSS beside the baseline (~10 min on 2 cores):
+#   make bench-hostile HOSTILE="--only 1,3 --dwell 60"
+HOSTILE ?=
+.PHONY: bench-hostile
+bench-hostile: binaries
+	PYTHONPATH=operator $(BIN)/python -m tests.bench.hostile $(HOSTILE)
+
 # Start figures move by a second from one control plane to the next: compare code on one cluster,
 # the operator started again and again from each source tree in turn (a checkout's root), e.g.
 #   git worktree add /tmp/base HEAD~1 && make bench-starts STARTS="--grant --tree /tmp/base --tree ."

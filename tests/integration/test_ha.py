@@ -1,4 +1,4 @@
-"""Two replicas, one writer; an API-server outage does not end the process.
+"""Two replicas, one writer; an API-server outage does not end the process; a stalled main loop keeps the Lease.
 
 Runs on the crash module's own control plane (its `plane` fixture): two operator processes as
 the same ServiceAccount, like the Deployment's two replicas. The Lease elects one; the other
@@ -14,6 +14,7 @@ import os
 import signal
 import threading
 import time
+import urllib.error
 import urllib.request
 import uuid
 
@@ -29,10 +30,12 @@ pytestmark = pytest.mark.integration
 LEASE_SECONDS = 15.0  # the shipped default (client-go's)
 
 
-def health(proc, path: str = "/healthz") -> dict:
+def health(proc, path: str = "/healthz", timeout: float = 2.0) -> dict:
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{proc.liveness_port}{path}", timeout=2) as r:
+        with urllib.request.urlopen(f"http://127.0.0.1:{proc.liveness_port}{path}", timeout=timeout) as r:
             return json.loads(r.read())
+    except urllib.error.HTTPError as exc:  # 503: the body still says why
+        return {"status": exc.code, **json.loads(exc.read() or b"{}")}
     except Exception as exc:  # noqa: BLE001 - not answering (yet)
         return {"error": str(exc)}
 
@@ -189,3 +192,49 @@ def test_a_restart_with_nothing_changed_writes_no_status_and_flips_no_condition(
         first.stop()
         if second is not None:
             second.stop()
+
+
+def lease(kube) -> dict:
+    out = kube.kubectl("-n", "sunk-sandbox-operator-system", "get", "lease", "sunk-sandbox-operator", "-o", "json")
+    return json.loads(out.stdout)["spec"]
+
+
+def test_a_main_loop_blocked_longer_than_the_lease_keeps_the_lease_and_the_probes(plane):  # noqa: F811
+    """The leader's first reconcile holds its main thread, and the GIL, for 25 s (a failpoint, as a
+    C-level parse of a tenant's text would): longer than the 15 s Lease. The keeper process renews
+    all along, /healthz answers within 1 s throughout and says the loop is stalled, the standby
+    never takes over, the Lease changes hands 0 times; after the stall the binding is reconciled."""
+    no_operator_left(plane)
+    kube, p = plane.kube, uuid.uuid4().hex[:6]
+    stall = 25
+    a = plane.start("stall-a", failpoints=f"stall-in-reconcile={stall}")
+    wait_for(lambda: leading(a), 30, lambda: str(health(a)))
+    b = plane.start("stall-b")
+    try:
+        wait_for(lambda: health(b, "/readyz").get("ready") is True, 30, lambda: str(health(b, "/readyz")))
+        before = lease(kube)
+        ns = setup_binding(plane, p)  # its first reconcile stalls the leader's main loop
+        worst, stalled, polls = 0.0, [], 0
+        end = time.monotonic() + stall + 10
+        while time.monotonic() < end:
+            began = time.monotonic()
+            got = health(a, timeout=1.0)
+            took = time.monotonic() - began
+            worst = max(worst, took)
+            assert got.get("ok") is True and got.get("leader") is True and took < 1.0, (got, took)
+            assert not leading(b), "the standby took over"
+            stalled.append(got["mainLoopStalledSeconds"])
+            polls += 1
+            time.sleep(0.2)
+        after = lease(kube)
+        print(f"\nstalled main loop: /healthz answered {polls} times, slowest {worst * 1000:.0f} ms; the loop "
+              f"stalled {max(stalled):.1f} s; Lease transitions {before['leaseTransitions']} -> "
+              f"{after['leaseTransitions']}")
+        assert max(stalled) > LEASE_SECONDS, "the failpoint did not stall the main loop past the lease duration"
+        assert after["holderIdentity"] == before["holderIdentity"]
+        assert after["leaseTransitions"] == before["leaseTransitions"]
+        kube.wait_condition(ns, "b", "ScopeSynced", "True", timeout=30)  # the leader reconciled after the stall
+        assert leading(a) and not leading(b)
+    finally:
+        a.stop()
+        b.stop()

@@ -11,6 +11,7 @@ import asyncio
 import copy
 import datetime as dt
 import heapq
+import logging
 import random
 import re
 from typing import Callable
@@ -18,6 +19,7 @@ from typing import Callable
 import pytest
 
 from sunk_sandbox_operator.adapters import kube as k
+from sunk_sandbox_operator.controller import leader as leader_mod
 from sunk_sandbox_operator.controller.leader import (
     JITTER_FACTOR,
     LeaderElector,
@@ -624,3 +626,122 @@ async def test_kube_lease_calls_use_coordination_v1() -> None:
     assert seen == [("GET", f"{leases}/{NAME}", None), ("POST", leases, {"metadata": {"name": NAME}})]
     with pytest.raises(k.Conflict, match="modified"):
         await kube.replace_lease(NS, NAME, {"metadata": {"name": NAME, "resourceVersion": "1"}})
+
+
+# ---------------------------------------------------------------- hygiene: backoff on errors, one line per state
+
+
+def lines(caplog, level: int | None = None) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "sunk_sandbox_operator"
+            and (level is None or r.levelno == level)]
+
+
+async def test_acquire_errors_back_off_with_the_one_backoff_capped_and_jittered(tasks) -> None:
+    """The Lease's namespace or RBAC gone (after `helm uninstall`): attempts back off from the standby
+    poll, doubling to ERROR_BACKOFF_CAP, with Backoff's jitter; a good answer resets it to the poll."""
+    clock, api = SimClock(), FakeLeaseAPI()
+    api.put(holderIdentity="b", renewTime=clock.wall())
+    link = Link(api, clock)
+    link.mode = "forbidden"
+    draws = iter([0.0, 1.0] * 100)                   # Backoff's jitter: the whole delay, then half of it
+    a = make(link, clock, "a", jitter=lambda: next(draws), standby_poll=0.5)
+    tasks.start(a.acquire())
+    await clock.run_until(1200.0)
+    expected = [a.error_backoff.delay(n, lambda: r) for n, r in zip(range(len(a.slept)), [0.0, 1.0] * 100)]
+    assert a.slept == pytest.approx(expected)
+    assert a.slept[:4] == pytest.approx([0.5, 0.5, 2.0, 2.0]) and max(a.slept) == leader_mod.ERROR_BACKOFF_CAP
+    assert min(a.slept[-4:]) == leader_mod.ERROR_BACKOFF_CAP / 2    # jittered at the cap too
+    assert link.count("get") <= 2 + 1200 // 15                 # not one every 0.55 s: 360 would be
+    link.mode = None                                           # the API is back: b's valid Lease is polled again
+    before = len(a.slept)
+    await clock.run_until(1260.0)
+    assert all(d <= 0.6 + 1e-9 for d in a.slept[before + 1:]), a.slept[before:]
+
+
+async def test_acquire_logs_each_state_once(tasks, caplog) -> None:
+    caplog.set_level("DEBUG", logger="sunk_sandbox_operator")
+    clock, api = SimClock(), FakeLeaseAPI()
+    api.put(holderIdentity="b", renewTime=clock.wall())
+    link = Link(api, clock)
+    link.mode = "forbidden"
+    a = make(link, clock, "a", standby_poll=0.5)
+    acquiring = tasks.start(a.acquire())
+    await clock.run_until(1033.0)                              # 33 s of 403s: one warning, not 65
+    assert [m for m in lines(caplog) if "cannot acquire" in m] == [
+        f"leader election: cannot acquire {NS}/{NAME}: leases.coordination.k8s.io is forbidden; retrying with "
+        "backoff (up to 30s apart), logged again only when this changes"]
+    link.mode = "down"                                         # another error: said once more
+    await clock.run_until(1100.0)
+    link.mode = None                                           # b still holds it: said once
+    await clock.run_until(1131.0)                              # (the next attempt is at most 30 s away)
+    api.put(holderIdentity="c", renewTime=clock.wall())        # another holder: said once
+    await clock.run_until(1140.0)
+    assert not acquiring.done()
+    await clock.run_until(1150.0)                              # c's Lease expired: a takes it over
+    assert acquiring.done()
+    assert lines(caplog) == [
+        f"leader election: cannot acquire {NS}/{NAME}: leases.coordination.k8s.io is forbidden; retrying with "
+        "backoff (up to 30s apart), logged again only when this changes",
+        f"leader election: cannot acquire {NS}/{NAME}: partitioned; retrying with backoff (up to 30s apart), logged "
+        "again only when this changes",
+        f"leader election: {NS}/{NAME} is held by 'b'; standing by",
+        f"leader election: {NS}/{NAME} is held by 'c'; standing by",
+        f"leader election: a leads ({NS}/{NAME})"]
+
+
+async def test_renew_errors_are_logged_once_and_the_recovery_once(tasks, caplog) -> None:
+    caplog.set_level("DEBUG", logger="sunk_sandbox_operator")
+    clock, api = SimClock(), FakeLeaseAPI()
+    link = Link(api, clock)
+    a = make(link, clock, "a")
+    await a.acquire()
+    tasks.start(a.hold(lambda: None))
+    link.mode = "down"
+    await clock.run_until(1007.0)                              # renews at +2 +4 +6 fail
+    assert link.count("get") == 4
+    link.mode = None
+    await clock.run_until(1030.0)
+    assert a.is_leader() and lines(caplog, logging.WARNING) == [
+        f"leader election: cannot renew {NS}/{NAME}, retrying until the renew deadline: partitioned"]
+    assert lines(caplog, logging.INFO)[-1] == f"leader election: renewing {NS}/{NAME} works again"
+    assert len(lines(caplog)) == 3                             # leads, the error, working again
+
+
+async def test_on_renewed_hears_each_write_deadline(tasks) -> None:
+    """The start of each successful attempt + renew_deadline: what a gate in another process opens to."""
+    clock, api = SimClock(), FakeLeaseAPI()
+    link = Link(api, clock, latency=lambda: 0.5)
+    heard: list[float] = []
+    a = make(link, clock, "a", on_renewed=heard.append)
+    tasks.start(a.acquire())
+    await clock.run_until(1002.0)
+    tasks.start(a.hold(lambda: heard.append(-1.0)))
+    await clock.run_until(1007.0)                              # renew started at 1004 (2 s after acquiring)
+    assert heard == [1010.0, 1014.0]
+    link.mode = "down"
+    await clock.run_until(1030.0)
+    assert heard[-1] == -1.0 and all(h <= 1014.0 + 4.0 for h in heard[:-1])
+
+
+async def test_an_error_without_a_message_is_named_and_a_slow_take_over_is_said_as_such(tasks, caplog) -> None:
+    caplog.set_level("INFO", logger="sunk_sandbox_operator")
+    clock, api = SimClock(), FakeLeaseAPI()
+    link = Link(api, clock)
+    link.mode = "hang"                                          # a TimeoutError("no answer")... then slow answers
+    a = make(link, clock, "a", standby_poll=0.5)
+    acquiring = tasks.start(a.acquire())
+    await clock.run_until(1003.0)
+    link.mode, link.slow = "slow", 6.0                          # GET + PUT take 12 s: past the 10 s deadline
+    await clock.run_until(1060.0)
+    link.mode = None
+    await clock.run_until(1070.0)
+    assert acquiring.done()
+    said = lines(caplog)
+    assert said[0].endswith("cannot acquire sunk-system/sunk-sandbox-operator: no answer; retrying with backoff "
+                            "(up to 30s apart), logged again only when this changes")
+    assert f"leader election: taking {NS}/{NAME} took longer than the renew deadline (10s); trying again" in said
+    assert all("is held by 'a'" not in m for m in said)
+
+
+def test_text_names_an_error_without_a_message() -> None:
+    assert leader_mod._text(TimeoutError()) == "TimeoutError" and leader_mod._text(ValueError("x")) == "x"

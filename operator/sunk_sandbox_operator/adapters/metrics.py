@@ -112,6 +112,12 @@ class Metrics:
         self.slurm_jobs = Gauge("ssb_slurm_jobs", "Jobs in the job lists the pollers hold.", registry=r)
         self.leader = Gauge("ssb_leader", "1 while this replica holds the leader Lease (it alone writes), else 0.",
                             registry=r)
+        self.loop_lag = Histogram(
+            "ssb_event_loop_lag_seconds", "How late the main event loop's heartbeat (every 0.5 s) woke: the time "
+            "the loop spent on one step (a reconcile's CPU, a large decode) without turning.",
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0), registry=r)
+        self.over_budget = Counter("ssb_reconcile_over_budget", "Reconciles that used more CPU than the reconcile "
+                                   "budget (the binding says OverBudget and is backed off).", registry=r)
         self.scope_sync_latency = Histogram(
             "ssb_scope_sync_latency_seconds", "From a namespace event to the scope target holding it.",
             buckets=(0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0), registry=r)

@@ -9,6 +9,13 @@ endpoint. This server starts next to /healthz and /metrics in every replica, lea
 answering needs no leadership, since it only reads. AdmissionReview is small JSON, answered by
 hand (core/admission.py builds the answer; this module only carries it).
 
+Thread: the server runs on an event loop of its own, in a thread of its own (`LoopThread`), with
+its own HTTP session to the API server, so a tenant's reconcile that keeps the operator's main
+loop busy does not delay reviews (Python-level work yields the GIL every few milliseconds; a long
+C call such as a regex still holds it, and then the API server's call times out and
+`failurePolicy: Ignore` lets it through: the controller stays the authority). What it reads from
+the main process must be immutable (the tenancy settings) or a snapshot swapped by one assignment.
+
 TLS: `tls.crt` and `tls.key` from one directory, as a cert-manager Certificate's Secret is mounted.
 A renewed certificate is loaded for new connections without a restart (the files are checked every
 `reload_seconds`; a half-written pair keeps the old one until the next check).
@@ -17,11 +24,13 @@ A renewed certificate is loaded for new connections without a restart (the files
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import os
 import ssl
+import threading
 from pathlib import Path
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, Protocol
 
 from aiohttp import web
 
@@ -110,3 +119,48 @@ class WebhookServer:
             await asyncio.gather(self._reloader, return_exceptions=True)
         if self._runner is not None:
             await self._runner.cleanup()
+
+
+class Stoppable(Protocol):
+    async def stop(self) -> None: ...
+
+
+class LoopThread:
+    """A server built and run on a new event loop in a daemon thread; `stop` ends both from any loop."""
+
+    def __init__(self, build: Callable[[], Awaitable[Stoppable]], name: str) -> None:
+        self._build, self.name = build, name
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._server: Stoppable | None = None
+        self._started: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def _run(self) -> None:
+        loop = self._loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        try:
+            self._server = loop.run_until_complete(self._build())
+        except BaseException as exc:  # noqa: BLE001 - handed to start()'s caller
+            self._started.set_exception(exc)
+            loop.close()
+            return
+        self._started.set_result(None)
+        try:
+            loop.run_forever()
+        finally:
+            try:
+                loop.run_until_complete(self._server.stop())
+                loop.run_until_complete(loop.shutdown_asyncgens())
+            finally:
+                loop.close()
+
+    async def start(self) -> None:
+        """Once the server listens (its build's error raised here)."""
+        self._thread.start()
+        await asyncio.wrap_future(self._started)
+
+    async def stop(self) -> None:
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(loop.stop)
+        await asyncio.get_running_loop().run_in_executor(None, self._thread.join, 10.0)

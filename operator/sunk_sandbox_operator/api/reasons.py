@@ -57,6 +57,11 @@ class Common(_Reason):
         "namespace, a selector or glob that matches (nearly) everything; the message names the field): fix the "
         "field, or ask the operator's admin (`--allowed-api-url`, `--allowed-slurm-url`, `--allow-reach`, "
         "`--allow-match-all`). Nothing is read or written for it, no token is sent")
+    OVER_BUDGET = "OverBudget", (
+        "a reconcile of this binding used more CPU than the operator allows (`SSB_RECONCILE_CPU_SECONDS`); the "
+        "message names the step and the objects it read (e.g. a huge or malformed `slurm.conf` key, scheduler args "
+        "or target document): shorten or fix them. The binding is reconciled again after a backoff (1 min, "
+        "doubling to 30 min), not sooner, whatever changes, so no binding delays the others")
 
 
 class Ready(_Reason):

@@ -2,7 +2,10 @@
 screened and decided by core/admission.py, the cross-object facts read here.
 
 Runs in every replica (see adapters/webhook.py for why not kopf's webhook server): nothing here
-writes, so the write gate stays shut on a standby. The facts are read with the operator's own
+writes, so the write gate stays shut on a standby. It runs on a thread and event loop of its own
+(adapters/webhook.py `LoopThread`) with its own client: a review reads only the operator's
+settings (immutable) and the API server, never the main loop's mutable state, so a tenant's
+reconcile does not delay it. The facts are read with the operator's own
 client under its RBAC: every binding (list, cluster-wide) and the token Secret (get, only where an
 admin bound the secret reader; Forbidden is a fact too). Each read is bounded by FACTS_TIMEOUT, well
 inside the webhook's timeoutSeconds, and one that fails or is late is Unknown: no warning.
@@ -13,11 +16,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
+from typing import Callable
 
 from ..adapters import kube as k
-from ..adapters.webhook import WebhookServer
+from ..adapters.kubehttp import KubeHTTP
+from ..adapters.webhook import LoopThread, WebhookServer
 from ..api.spec import BindingSpec
 from ..core import admission as adm
+from ..core.tenancy import TenancyPolicy
 from .context import Context
 
 log = logging.getLogger("sunk_sandbox_operator")
@@ -46,7 +53,15 @@ async def gather(kube: k.KubeAPI, namespace: str, spec: BindingSpec, timeout: fl
                      secret=secret if isinstance(secret, adm.SecretFact) else adm.SecretFact.UNKNOWN)
 
 
-async def review(ctx: Context, body: dict) -> dict:
+@dataclass(frozen=True)
+class Reviews:
+    """What a review reads: the operator's settings and a client of the webhook's own loop."""
+
+    tenancy: TenancyPolicy
+    kube: k.KubeAPI
+
+
+async def review(ctx: Context | Reviews, body: dict) -> dict:
     """One AdmissionReview answered (ValueError when the body is not one)."""
     req = adm.parse_request(body)
     screened = adm.screen(req, ctx.tenancy)
@@ -63,13 +78,40 @@ async def review(ctx: Context, body: dict) -> dict:
     return adm.response(req.uid, decision)
 
 
-async def serve(ctx: Context) -> WebhookServer | None:
-    """Start the webhook when configured (--webhook-port); None when off."""
+async def serve(ctx: Context, client: Callable[[], k.KubeAPI] | None = None) -> LoopThread | None:
+    """Start the webhook when configured (--webhook-port) on its own thread; None when off.
+    `client` makes its Kubernetes client on that thread's loop (default: a session of its own with
+    the operator's credentials)."""
     config = ctx.config
     if not config.webhook_port:
         return None
-    server = WebhookServer(lambda body: review(ctx, body), config.webhook_cert_dir, config.webhook_address,
-                           config.webhook_port)
-    await server.start()
+    if client is None:
+        access = ctx.http.access if ctx.http is not None else None
+        if access is None:
+            raise RuntimeError("the webhook needs the operator's credentials (lifecycle.start)")
+        client = lambda: k.Kube(KubeHTTP(access))  # noqa: E731
+    tenancy, make = ctx.tenancy, client
+
+    async def build() -> _Served:
+        kube = make()
+        server = WebhookServer(lambda body: review(Reviews(tenancy, kube), body), config.webhook_cert_dir,
+                               config.webhook_address, config.webhook_port)
+        await server.start()
+        return _Served(server, kube)
+
+    thread = LoopThread(build, "admission webhook")
+    await thread.start()
     log.info("admission webhook on https://%s:%d/validate", config.webhook_address, config.webhook_port)
-    return server
+    return thread
+
+
+@dataclass
+class _Served:
+    server: WebhookServer
+    kube: k.KubeAPI
+
+    async def stop(self) -> None:
+        await self.server.stop()
+        http = getattr(self.kube, "http", None)
+        if isinstance(http, KubeHTTP):
+            await http.close()

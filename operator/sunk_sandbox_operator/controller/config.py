@@ -52,6 +52,11 @@ class Config:
     retry_period_seconds: float = 2.0
     # A standby reads the Lease this often (a GET), so it takes over soon after the Lease expires.
     standby_poll_seconds: float = 0.5
+    # A reconcile using more CPU than this (seconds, 0: no budget) is reported OverBudget and backed
+    # off (controller/budget.py).
+    reconcile_cpu_seconds: float = 2.0
+    # /healthz fails once the main event loop has not turned for this long (0: never; adapters/health.py).
+    liveness_stall_seconds: float = 300.0
     # Failpoints for crash tests (controller/failpoints.py); empty in production.
     failpoints: str = ""
     # Items per LIST page of the Namespace and Pod informers (bounded memory while listing).
@@ -143,6 +148,8 @@ def load() -> Config:
         renew_deadline_seconds=_float("SSB_RENEW_DEADLINE_SECONDS", 10.0),
         retry_period_seconds=_float("SSB_RETRY_PERIOD_SECONDS", 2.0),
         standby_poll_seconds=_float("SSB_STANDBY_POLL_SECONDS", 0.5),
+        liveness_stall_seconds=_float("SSB_LIVENESS_STALL_SECONDS", 300.0),
+        reconcile_cpu_seconds=_float("SSB_RECONCILE_CPU_SECONDS", 2.0),
         restore_retries=int(_float("SSB_RESTORE_RETRIES", 30)),
         restore_retry_delay_seconds=_float("SSB_RESTORE_RETRY_DELAY_SECONDS", 10.0),
         allowed_api_urls=tuple(u.strip() for u in os.environ.get("SSB_ALLOWED_API_URLS", "").split(",") if u.strip())

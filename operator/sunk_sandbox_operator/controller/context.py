@@ -2,7 +2,8 @@
 
 It holds what used to be module globals: settings, the Kubernetes client, the caches, the
 binding registry, the event sink, metrics, the clocks and the sleep that goes with them (every
-wait the shell computes from `monotonic` is slept with `sleep`). Tests build one with fakes.
+wait the shell computes from `monotonic` is slept with `sleep`; `cpu` is what the reconcile
+budget measures). Tests build one with fakes.
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ class Context:
     monotonic: Callable[[], float] = time.monotonic
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     now_iso: Callable[[], str] = utc_now_iso
+    cpu: Callable[[], float] = time.thread_time  # the main thread's CPU seconds (the reconcile budget)
 
     failpoints: Failpoints = field(default_factory=Failpoints)
     tenancy: TenancyPolicy = field(init=False)  # what bindings may ask (from config, below)

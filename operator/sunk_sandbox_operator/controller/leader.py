@@ -14,8 +14,16 @@ One replica writes; the others wait. The rules that keep it to one writer at any
 
 Usage: `await acquire()` → open the write gate, start writing → `await hold(on_lost)`; `on_lost`
 closes the gate (synchronously, first), then `hold` returns: stop writing, go back to `acquire`.
+`on_renewed(until)` hears each successful attempt's write deadline (the start of the attempt +
+renew_deadline), for a gate kept in another process (controller/keeper.py).
 On clean shutdown: cancel `hold`, stop writing, `await release()` so a standby takes over at once.
 Clock, wall clock, sleep and jitter are injected, so tests drive time by hand.
+
+Hygiene: a standby polls every `standby_poll` (×1–1.2, jittered) while another holder's Lease is
+valid; an error (the API server away, the Lease's namespace or RBAC gone after an uninstall) backs
+off with the project's one backoff (controller/retry.py: from the poll interval, doubling, capped at
+ERROR_BACKOFF_CAP, jittered). Each state is logged once when it begins (held by whom, which error,
+leading, lost, working again), not at every attempt.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ import uuid
 from typing import Awaitable, Callable, Protocol, TypeVar
 
 from ..adapters.kube import Conflict, NotFound
+from .retry import Backoff
 
 log = logging.getLogger("sunk_sandbox_operator")
 
@@ -40,6 +49,7 @@ T = TypeVar("T")
 DEFAULT_LEASE_NAME = "sunk-sandbox-operator"
 JITTER_FACTOR = 1.2      # client-go's acquire retry: retry_period · (1 + 1.2·rand)
 _EPSILON = 1e-6          # a deadline this close is due (float sums are not exact)
+ERROR_BACKOFF_CAP = 30.0  # seconds: at most this long between two attempts while acquiring fails
 
 
 class LeaseAPI(Protocol):
@@ -67,6 +77,29 @@ class _DeadlinePassed(Exception):
     pass
 
 
+def _kind(exc: BaseException) -> str:
+    """What tells two errors apart for the log: the type, and the HTTP code when there is one."""
+    code = getattr(exc, "code", None)
+    return f"{type(exc).__name__} {code}" if isinstance(code, int) else type(exc).__name__
+
+
+def _text(exc: BaseException) -> str:
+    """The error's message, or its type when it has none (a timeout)."""
+    return str(exc) or type(exc).__name__
+
+
+class _Said:
+    """The state last logged: a line when the state changes, not one per attempt."""
+
+    def __init__(self) -> None:
+        self.last: tuple | None = None
+
+    def __call__(self, state: tuple, level: int, msg: str, *args: object) -> None:
+        if state != self.last:
+            self.last = state
+            log.log(level, msg, *args)
+
+
 class LeaderElector:
     def __init__(
         self,
@@ -84,6 +117,7 @@ class LeaderElector:
         jitter: Callable[[], float] = random.random,
         on_change: Callable[[bool], None] | None = None,
         standby_poll: float | None = None,
+        on_renewed: Callable[[float], None] | None = None,
     ) -> None:
         if not identity:
             raise ValueError("identity must not be empty")
@@ -101,6 +135,11 @@ class LeaderElector:
         # Expiry is measured from when the standby SAW the last renew, so a shorter poll means an
         # earlier take-over after the leader died: lease_duration + poll, not + 2 × retry_period.
         self.standby_poll = standby_poll
+        self._on_renewed = on_renewed
+        # Errors while acquiring: from the poll interval, doubling to the cap (jitter: 1/2 to 1 of it).
+        self.error_backoff = Backoff(base=standby_poll if standby_poll is not None else retry_period,
+                                     cap=ERROR_BACKOFF_CAP, jitter=0.5)
+        self._said = _Said()
         self._lease_seconds = max(1, math.ceil(lease_duration))
         self._observed_key: tuple | None = None      # (holderIdentity, renewTime, resourceVersion)
         self._observed_spec: dict = {}
@@ -122,21 +161,39 @@ class LeaderElector:
 
     async def acquire(self) -> None:
         """Return once we hold the Lease (created, taken over when expired, or renewed when ours)."""
+        where = f"{self.namespace}/{self.name}"
+        failures = 0  # consecutive errors: the backoff's exponent
         while True:
             try:
-                if await self._try_acquire_or_renew() and self.is_leader():
-                    break
-                log.debug("leader election: %s/%s is held by %r", self.namespace, self.name, self.holder())
+                if await self._try_acquire_or_renew():
+                    if self.is_leader():
+                        break
+                    self._said(("slow",), logging.INFO, "leader election: taking %s took longer than the renew "
+                               "deadline (%gs); trying again", where, self.renew_deadline)
+                else:
+                    self._said(("held", self.holder()), logging.INFO, "leader election: %s is held by %r; standing "
+                               "by", where, self.holder())
+                failures = 0
             except Conflict as exc:
-                log.info("leader election: lost the race for %s/%s: %s", self.namespace, self.name, exc)
+                failures = 0
+                self._said(("race",), logging.INFO, "leader election: lost a race for %s (%s); standing by", where, exc)
             except Exception as exc:
-                log.warning("leader election: cannot acquire %s/%s: %s", self.namespace, self.name, exc)
-            if self.standby_poll is not None:
-                await self._sleep(self.standby_poll * (1.0 + 0.2 * self._jitter()))
-            else:
-                await self._sleep(self.retry_period * (1.0 + JITTER_FACTOR * self._jitter()))
-        log.info("leader election: %s leads (%s/%s)", self.identity, self.namespace, self.name)
+                failures += 1
+                self._said(("error", _kind(exc)), logging.WARNING, "leader election: cannot acquire %s: %s; retrying "
+                           "with backoff (up to %gs apart), logged again only when this changes", where, _text(exc),
+                           ERROR_BACKOFF_CAP)
+            await self._sleep(self._next_attempt(failures))
+        log.info("leader election: %s leads (%s)", self.identity, where)
+        self._said.last = ("leading",)
         self._set_leading(True)
+
+    def _next_attempt(self, failures: int) -> float:
+        """Seconds to the next acquire attempt: the poll (jittered) or, after errors, the backoff."""
+        if failures:
+            return self.error_backoff.delay(failures - 1, self._jitter)
+        if self.standby_poll is not None:
+            return self.standby_poll * (1.0 + 0.2 * self._jitter())
+        return self.retry_period * (1.0 + JITTER_FACTOR * self._jitter())
 
     async def hold(self, on_lost: Callable[[], None]) -> None:
         """Renew every retry_period until leadership is lost; then call on_lost() first, and return.
@@ -159,14 +216,20 @@ class LeaderElector:
                 log.warning("leader election: renewing %s/%s did not answer by the deadline", self.namespace, self.name)
                 break
             except Conflict as exc:
-                log.info("leader election: renewing %s/%s lost a race, retrying: %s", self.namespace, self.name, exc)
+                self._said(("renew race",), logging.INFO, "leader election: renewing %s/%s lost a race, retrying "
+                           "until the renew deadline: %s", self.namespace, self.name, exc)
                 continue
             except Exception as exc:
-                log.warning("leader election: cannot renew %s/%s, retrying: %s", self.namespace, self.name, exc)
+                self._said(("renew error", _kind(exc)), logging.WARNING, "leader election: cannot renew %s/%s, "
+                           "retrying until the renew deadline: %s", self.namespace, self.name, _text(exc))
                 continue
             if not held:
                 log.warning("leader election: %s/%s is now held by %r", self.namespace, self.name, self.holder())
                 break
+            if self._said.last != ("leading",):
+                self._said(("leading",), logging.INFO, "leader election: renewing %s/%s works again",
+                           self.namespace, self.name)
+        self._said.last = ("lost",)
         log.warning("leader election: %s lost leadership of %s/%s", self.identity, self.namespace, self.name)
         self._renewed_at = None
         try:
@@ -196,6 +259,7 @@ class LeaderElector:
             log.warning("leader election: cannot release %s/%s: %s", self.namespace, self.name, exc)
             return False
         self._observe(released, self._clock())
+        self._said.last = ("released",)
         log.info("leader election: %s released %s/%s", self.identity, self.namespace, self.name)
         return True
 
@@ -217,7 +281,7 @@ class LeaderElector:
             }
             created = await self.kube.create_lease(self.namespace, body)
             self._observe(created, self._clock())
-            self._renewed_at = start
+            self._renewed(start)
             return True
         self._observe(lease, self._clock())
         spec = lease.get("spec") or {}
@@ -238,8 +302,14 @@ class LeaderElector:
         # The read's metadata, resourceVersion included: the PUT's precondition.
         replaced = await self.kube.replace_lease(self.namespace, self.name, {**lease, "spec": new_spec})
         self._observe(replaced, self._clock())
-        self._renewed_at = start
+        self._renewed(start)
         return True
+
+    def _renewed(self, start: float) -> None:
+        """A successful attempt that started at `start`: we may write until start + renew_deadline."""
+        self._renewed_at = start
+        if self._on_renewed is not None:
+            self._on_renewed(start + self.renew_deadline)
 
     def _observe(self, lease: dict, at: float) -> None:
         spec = lease.get("spec") or {}

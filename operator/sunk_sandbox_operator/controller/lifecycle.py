@@ -22,7 +22,7 @@ from ..adapters.podwire import PodPageDecoder
 from ..api import keys
 from ..api.events import EventReason
 from ..core.redact import describe
-from . import reconcile, watch
+from . import budget, reconcile, watch
 from .config import Config, load
 from .caches import GrantCache
 from .context import Context
@@ -124,11 +124,20 @@ async def binding_loop(ctx: Context, body: dict, stopped: kopf.DaemonStopped) ->
     while not stopped:
         state.wake.clear()
         ctx.metrics.reconciles.labels(handler="binding").inc()
+        meter = budget.Meter(ctx.cpu)
+        budget.begin(state)
         try:
-            await reconcile.reconcile(ctx, state, resync=resync)
+            await meter.run(reconcile.reconcile(ctx, state, resync=resync))
         except Exception:
             ctx.metrics.reconcile_errors.labels(handler="binding").inc()
             log.exception("reconcile of %s failed", state.ref)
+        backoff = await budget.judge(ctx, state, meter)
+        if backoff is not None:  # over the CPU budget: nothing wakes it early (controller/budget.py)
+            log.warning("reconcile of %s used %.1f CPU-s, over the budget; next in %.0f s", state.ref, meter.seconds,
+                        backoff)
+            await budget.wait_out(ctx, backoff, stopped.wait())
+            resync = True
+            continue
         interval = reconcile.resync_seconds(state, ctx.config.min_resync_seconds)
         interval *= 1 + random.uniform(-ctx.config.resync_jitter, ctx.config.resync_jitter)
         woken = await _sleep_or_wake(state.wake, stopped, interval)

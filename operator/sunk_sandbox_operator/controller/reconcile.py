@@ -12,12 +12,14 @@ import logging
 from ..api.events import EventReason
 from ..adapters import kube as k
 from ..adapters import scheduler as sched
-from ..api.reasons import CONDITION_TYPES, Common
+from ..api.reasons import CONDITION_TYPES, Common, ConditionType
 from ..core import conflicts, resync, scheduler, tenancy
+from ..core.budget import heaviest
 from ..core.compose import Part
 from ..core.policy_decide import TRANSIENT
 from ..core.redact import describe
 from . import grants, placement, policy, scope, slurm, slurm_poll
+from .budget import step, timed
 from .context import Context
 from .retry import FAILURE_BACKOFF
 from .state import BindingState
@@ -42,6 +44,7 @@ async def discover(ctx: Context, state: BindingState) -> scheduler.Discovery:
     objs = await sched.read(ctx.kube, spec.scheduler_namespace(state.namespace), spec.scheduler.pod_selector)
     if objs.error:
         return scheduler.Discovery(namespace=objs.namespace, selector=objs.selector, forbidden=objs.error)
+    state.cost.inputs = heaviest(objs.configmaps, objs.pods)  # named if the reconcile overruns its budget
     return scheduler.discover(spec, state.namespace, objs.pods, objs.configmaps)
 
 
@@ -93,6 +96,7 @@ async def _admit(ctx: Context, state: BindingState) -> list[tenancy.Violation]:
 async def reconcile(ctx: Context, state: BindingState, *, resync: bool = True) -> None:
     """One reconcile. `resync`: the periodic one (the runner policy is read again even when
     nothing it depends on changed); False when something woke it."""
+    ctx.failpoints.stall("stall-in-reconcile")
     async with state.lock:  # a reconcile and a finalize never interleave: one admitted spec at a time
         await _reconcile(ctx, state, resync)
 
@@ -114,7 +118,7 @@ async def _reconcile(ctx: Context, state: BindingState, resync: bool) -> None:
     state.reconciled_generation = state.admission.generation
     transient = False
     try:
-        d = await discover(ctx, state)
+        d = await step(ctx, state, ConditionType.SCHEDULER_READY, discover(ctx, state))
         state.discovery = d
         status, reason, message = scheduler.scheduler_condition(d)
         state.report(Part("SchedulerReady", status, reason, message, "scheduler", scheduler.to_status(d).wire()))
@@ -124,7 +128,8 @@ async def _reconcile(ctx: Context, state: BindingState, resync: bool) -> None:
                           f"reading the scheduler's pods and ConfigMaps failed ({describe(exc)}); retrying", "scheduler",
                           state.section("scheduler") or None))
     d = state.discovery or scheduler.Discovery(namespace=spec.scheduler_namespace(state.namespace), selector="")
-    placement.set_expectations(ctx, state, d)
+    with timed(ctx, state, ConditionType.PLACEMENT_VERIFIED):
+        placement.set_expectations(ctx, state, d)
 
     try:
         state.conflict = await _conflict(ctx, state)
@@ -145,15 +150,17 @@ async def _reconcile(ctx: Context, state: BindingState, resync: bool) -> None:
         state.report(Part("PolicySynced", "False", Common.RUNNER_CONFLICT, msg))
         state.report(Part("ScopeSynced", "False", Common.RUNNER_CONFLICT, msg))
     else:
-        state.report(await policy.sync(ctx, state, d.name, resync=resync))
-        state.report(await scope.sync(ctx, state))
+        state.report(await step(ctx, state, ConditionType.POLICY_SYNCED,
+                                policy.sync(ctx, state, d.name, resync=resync)))
+        state.report(await step(ctx, state, ConditionType.SCOPE_SYNCED, scope.sync(ctx, state)))
     # Read only, so a younger conflicting binding checks Slurm too; its own token, its own request.
-    state.report(await slurm.sync(ctx, slurm_poll.pollers(ctx), state))
+    state.report(await step(ctx, state, ConditionType.SLURM_READY, slurm.sync(ctx, slurm_poll.pollers(ctx), state)))
     ctx.slurm.checked(state)
     policy_part = state.parts["PolicySynced"]
     transient = transient or (policy_part.status == "False" and policy_part.reason in TRANSIENT)
     state.failures = state.failures + 1 if transient else 0
-    placement.report(ctx, state)
+    with timed(ctx, state, ConditionType.PLACEMENT_VERIFIED):
+        placement.report(ctx, state)
     await flush(ctx, state)
     ctx.depends.refresh()  # the scheduler namespace or the target may have moved: watch what it reads now
     slurm_poll.pollers(ctx).refresh()  # ... and poll the slurmrestd it names now

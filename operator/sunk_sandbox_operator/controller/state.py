@@ -16,6 +16,7 @@ from ..adapters.metrics import BindingCounters, BindingSample
 from ..adapters.targets import ParseMemo
 from ..api.keys import RECONCILE_REQUEST_ANNOTATION
 from ..api.spec import BindingSpec, SandboxNamespaces, parse_spec
+from ..core.budget import Input
 from ..core.compose import Part
 from ..core.placement import PlacementTracker
 from ..core.slurm_jobs import JobTracker
@@ -131,6 +132,15 @@ class SlurmMemory:
     expiry_warned: int | None = None   # the token `exp` SlurmTokenExpiring was posted for (once per token)
 
 
+@dataclass
+class CostMemory:
+    """The reconcile budget's tally (controller/budget.py)."""
+
+    spent: dict[str, float] = field(default_factory=dict)  # CPU seconds per concern (its condition), this reconcile
+    inputs: tuple[Input, ...] = ()                          # the heaviest objects discovery last read
+    overruns: int = 0                                       # consecutive reconciles over the budget
+
+
 @dataclass(frozen=True)
 class Admitted:
     """The spec that passed the tenancy check, frozen at that moment. Every step of a reconcile and
@@ -164,6 +174,7 @@ class BindingState:
     scope: ScopeMemory | None = None
     placement: PlacementMemory = field(default_factory=PlacementMemory)
     slurm: SlurmMemory = field(default_factory=SlurmMemory)
+    cost: CostMemory = field(default_factory=CostMemory)
     flusher: "Coalescer | None" = None
     flush_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     counters: BindingCounters = field(default_factory=BindingCounters)
