@@ -18,7 +18,7 @@ import pytest
 import yaml
 from kubernetes.client.rest import ApiException
 
-from sunk_sandbox_operator.core.scope import scope_hash
+from sunk_sandbox_operator.core.scope.template import scope_hash
 from tests.conftest import assert_stays, wait_for
 from tests.integration.attacks import alias_bomb
 from tests.integration.conftest import (binding_spec, create_token_secret, grant_secret_read, make_scheduler,
@@ -103,7 +103,7 @@ def status_scope(kube, ns: str, name: str = "b") -> dict:
 def ledger_entry(kube, ns: str, name: str = "b"):
     """This binding's entry in the scope ledger the ConfigMap carries (None when absent)."""
     from sunk_sandbox_operator.api.keys import SCOPE_LEDGER_ANNOTATION
-    from sunk_sandbox_operator.core import ledger
+    from sunk_sandbox_operator.core.scope import ledger
 
     annotations = kube.core.read_namespaced_config_map(CM, ns).metadata.annotations or {}
     return ledger.decode(annotations.get(SCOPE_LEDGER_ANNOTATION)).get(f"{ns}/{name}")

@@ -13,7 +13,7 @@ import pytest
 from sunk_sandbox_operator.adapters.runnerapi import errors as rerr
 from sunk_sandbox_operator.controller import lifecycle, reconcile
 from sunk_sandbox_operator.controller.retry import FAILURE_BACKOFF
-from sunk_sandbox_operator.core.scope_doc import read_list
+from sunk_sandbox_operator.core.scope.doc import read_list
 
 from tests.unit.fakes import FakeRunner, binding_body, harness_fixture, install_runner, namespace, settle  # noqa: F401
 

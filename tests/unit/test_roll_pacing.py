@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from sunk_sandbox_operator.api.keys import SCOPE_ROLLED_AT_ANNOTATION
 from sunk_sandbox_operator.controller import scope, watch
-from sunk_sandbox_operator.core import roll_pacing as pacing
-from sunk_sandbox_operator.core.scope import scope_hash
+from sunk_sandbox_operator.core.scope import pacing as pacing
+from sunk_sandbox_operator.core.scope.template import scope_hash
 
 from tests.unit.fakes import Harness, harness_fixture, namespace  # noqa: F401
 from tests.unit.test_scope_controller import listed, scope_hash_of, world

@@ -11,7 +11,7 @@ from sunk_sandbox_operator.adapters import kube as k
 from sunk_sandbox_operator.adapters import targets
 from sunk_sandbox_operator.controller import depends, scope, watch
 from sunk_sandbox_operator.controller.depends import Watched
-from sunk_sandbox_operator.core.ledger import Ledger
+from sunk_sandbox_operator.core.scope.ledger import Ledger
 
 from tests.unit.fakes import FakeKube, binding_body, harness_fixture, namespace  # noqa: F401 (fixture)
 from tests.unit.test_react import cm_event

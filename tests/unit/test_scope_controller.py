@@ -10,10 +10,10 @@ import pytest
 
 from sunk_sandbox_operator.api.keys import SCOPE_HASH_ANNOTATION, SCOPE_LEDGER_ANNOTATION
 from sunk_sandbox_operator.controller import reconcile, retry, scope, watch
-from sunk_sandbox_operator.core import ledger as lg
-from sunk_sandbox_operator.core.grants import rolebinding_name
-from sunk_sandbox_operator.core.scope import scope_hash
-from sunk_sandbox_operator.core.scope_doc import read_list
+from sunk_sandbox_operator.core.scope import ledger as lg
+from sunk_sandbox_operator.core.scope.grants import rolebinding_name
+from sunk_sandbox_operator.core.scope.template import scope_hash
+from sunk_sandbox_operator.core.scope.doc import read_list
 
 from tests.unit.fakes import binding_body, discovery, harness_fixture, namespace, settle  # noqa: F401 (fixture)
 

@@ -13,13 +13,14 @@ from hypothesis import strategies as st
 
 from sunk_sandbox_operator.api.keys import SCOPE_GENERATION_ANNOTATION, SCOPE_HASH_ANNOTATION, SCOPE_ROLLED_AT_ANNOTATION
 from sunk_sandbox_operator.api.spec import LabelSelector
-from sunk_sandbox_operator.core import grants as g
-from sunk_sandbox_operator.core import roll_pacing as pacing
-from sunk_sandbox_operator.core import scope as sc
+from sunk_sandbox_operator.core.scope import grants as g
+from sunk_sandbox_operator.core.scope import pacing as pacing
+from sunk_sandbox_operator.core.scope import plan as sc
+from sunk_sandbox_operator.core.scope import template as tp
 from sunk_sandbox_operator.core import scope_outcome as so
 from sunk_sandbox_operator.core import scope_plan as sp
-from sunk_sandbox_operator.core import scope_rbac as rbac
-from sunk_sandbox_operator.core.ledger import Entry, Ledger
+from sunk_sandbox_operator.core.scope import rbac as rbac
+from sunk_sandbox_operator.core.scope.ledger import Entry, Ledger
 
 SEL = LabelSelector(match_labels={"app": "sched"})
 OWNER = sp.Owner("slurm", "b", "u1")
@@ -142,12 +143,12 @@ def test_a_list_in_error_or_cluster_scope_ends_the_sync_at_the_list(o) -> None:
 # ---------------------------------------------------------------- the roll
 
 
-def rolled(values: list[str], generation: int = 0) -> sc.RollDecision:
-    return sc.RollDecision(workload="sched", kind="Deployment", hash=sc.scope_hash(values), generation=generation)
+def rolled(values: list[str], generation: int = 0) -> tp.RollDecision:
+    return tp.RollDecision(workload="sched", kind="Deployment", hash=tp.scope_hash(values), generation=generation)
 
 
 LISTED = ["ds-a", "slurm"]
-CURRENT = dep(sc.scope_hash(LISTED), 0)  # a template that runs LISTED at generation 0
+CURRENT = dep(tp.scope_hash(LISTED), 0)  # a template that runs LISTED at generation 0
 
 
 @pytest.mark.parametrize("case, o, m, roll, due, wake", [
@@ -317,7 +318,7 @@ def test_a_run_of_syncs_never_rolls_twice_inside_the_interval(steps, interval) -
         now, timer = timer, None
         sync(False)
     assert all(b - a >= interval - 1e-6 for a, b in zip(rolls, rolls[1:])), rolls
-    assert template == sc.scope_hash(listed) or (not rolls and template is None), (template, listed)
+    assert template == tp.scope_hash(listed) or (not rolls and template is None), (template, listed)
 
 
 # ---------------------------------------------------------------- the grants

@@ -1,4 +1,4 @@
-"""core.scope_rbac: when our RoleBinding alone permits the scheduler (no review there), by RBAC's own
+"""core.scope.rbac: when our RoleBinding alone permits the scheduler (no review there), by RBAC's own
 rule matching over the granted ClusterRole, and what the plan asks and keeps with it."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from sunk_sandbox_operator.core import scope_outcome as so
 from sunk_sandbox_operator.core import scope_plan as sp
-from sunk_sandbox_operator.core import scope_rbac as rbac
+from sunk_sandbox_operator.core.scope import rbac as rbac
 
 from tests.unit.test_scope_plan import LIVE, NOW, SA, WALL, mem, rbac_obs
 

@@ -32,10 +32,10 @@ from sunk_sandbox_operator.api.keys import SCOPE_HASH_ANNOTATION, SCOPE_LEDGER_A
 from sunk_sandbox_operator.controller import scope, watch
 from sunk_sandbox_operator.controller.failpoints import EXIT_CODE, NAMES as ALL_FAILPOINTS, Failpoints
 from sunk_sandbox_operator.controller.status_writer import flush
-from sunk_sandbox_operator.core import ledger as lg
-from sunk_sandbox_operator.core.grants import selector
-from sunk_sandbox_operator.core.scope import scope_hash
-from sunk_sandbox_operator.core.scope_doc import read_list
+from sunk_sandbox_operator.core.scope import ledger as lg
+from sunk_sandbox_operator.core.scope.grants import selector
+from sunk_sandbox_operator.core.scope.template import scope_hash
+from sunk_sandbox_operator.core.scope.doc import read_list
 
 from tests.unit.fakes import FakeKube, Harness, binding_body, namespace, selector_matches, settle as turns
 from tests.unit.test_scope_controller import DEPLOYMENT, PATH

@@ -1,18 +1,18 @@
 """Scope targets against the fake Kube: read the list, write it with the read's precondition (and the
 ledger in the same request), and every failure as the facts (`TargetFailed`) that classify to its
-ScopeSynced reason and fix (`core.scope_errors.classify`; the table itself: test_scope_errors.py)."""
+ScopeSynced reason and fix (`core.scope.errors.classify`; the table itself: test_scope_errors.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from sunk_sandbox_operator.core.scope_errors import classify
+from sunk_sandbox_operator.core.scope.errors import classify
 from sunk_sandbox_operator.adapters import kube as k
 from sunk_sandbox_operator.adapters import targets
 from sunk_sandbox_operator.api.keys import SCOPE_LEDGER_ANNOTATION
 from sunk_sandbox_operator.api.spec import parse_spec
-from sunk_sandbox_operator.core import ledger as lg
-from sunk_sandbox_operator.core.scope_doc import ListRead
+from sunk_sandbox_operator.core.scope import ledger as lg
+from sunk_sandbox_operator.core.scope.doc import ListRead
 
 from tests.unit.fakes import FakeKube
 

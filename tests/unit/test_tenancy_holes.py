@@ -8,9 +8,9 @@ import copy
 
 from sunk_sandbox_operator.controller import depends, reconcile, scope
 from sunk_sandbox_operator.controller.depends import Watched
-from sunk_sandbox_operator.core import ledger as lg
+from sunk_sandbox_operator.core.scope import ledger as lg
 from sunk_sandbox_operator.api.keys import SCOPE_LEDGER_ANNOTATION
-from sunk_sandbox_operator.core.scope_doc import read_list
+from sunk_sandbox_operator.core.scope.doc import read_list
 
 from tests.unit.fakes import (FakeRunner, binding_body, discovery, harness_fixture, install_runner,  # noqa: F401 (fixture)
                               namespace)

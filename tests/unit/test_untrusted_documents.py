@@ -13,14 +13,15 @@ import copy
 
 import pytest
 
-from sunk_sandbox_operator.core.scope_errors import classify
+from sunk_sandbox_operator.core.scope.errors import classify
 from sunk_sandbox_operator.adapters import targets
 from sunk_sandbox_operator.api.reasons import ScopeSynced
 from sunk_sandbox_operator.api.spec import parse_spec
 from sunk_sandbox_operator.controller import scope
-from sunk_sandbox_operator.core import app_values as av
-from sunk_sandbox_operator.core import ledger as lg
-from sunk_sandbox_operator.core import scope_doc, untrusted
+from sunk_sandbox_operator.core.scope import app_values as av
+from sunk_sandbox_operator.core.scope import ledger as lg
+from sunk_sandbox_operator.core import untrusted
+from sunk_sandbox_operator.core.scope import doc as scope_doc
 from sunk_sandbox_operator.core.scheduler import discover, scheduler_condition
 from sunk_sandbox_operator.core.scheduler_conf import parse_scheduler_conf
 

@@ -3,10 +3,10 @@
 A target reads the list (`read` → `TargetRead`: the values, their style, and the object as a
 precondition) and writes a new one with that precondition (`write`: raises `kube.Conflict` when
 the object changed since the read: a lost race, for the retry). Every other failure it can
-explain is a `TargetFailed` carrying the facts (`core.scope_errors.TargetError`, the API's error as
+explain is a `TargetFailed` carrying the facts (`core.scope.errors.TargetError`, the API's error as
 its cause): this module knows no condition reasons; the scope pipeline classifies the facts
 (`scope_errors.classify`: the ScopeSynced reason and the fix). Which object a spec names is
-`core.target_ref`'s to say (`locate`); `build` turns that descriptor into the class that reads and
+`core.scope.target_ref`'s to say (`locate`); `build` turns that descriptor into the class that reads and
 writes it here. The documents are tenant-written: scope_doc.parse reads them through core/untrusted
 (once per resourceVersion, a refusal too: `ParseMemo`), and a refused one is never written over.
 """
@@ -19,19 +19,19 @@ from typing import Any, Callable, Iterator, Protocol
 
 from ..api.keys import BINDING_LABEL, FLUX_WATCH_LABEL, MANAGED_BY_LABEL, SCOPE_LEDGER_ANNOTATION
 from ..api.spec import BindingSpec
-from ..core.grants import binding_label
-from ..core import scope_doc
-from ..core.target_ref import APPLICATION, CONFIGMAP, FLUX, TargetRef, locate
+from ..core.scope.grants import binding_label
+from ..core.scope import doc as scope_doc
+from ..core.scope.target_ref import APPLICATION, CONFIGMAP, FLUX, TargetRef, locate
 from ..core.problems import Problem
-from ..core.scope_errors import Cause, Op, TargetError
-from ..core.ledger import Ledger, decode as decode_ledger, encode as encode_ledger
-from ..core.yaml_splice import Span
+from ..core.scope.errors import Cause, Op, TargetError
+from ..core.scope.ledger import Ledger, decode as decode_ledger, encode as encode_ledger
+from ..core.scope.yaml_splice import Span
 from . import kube as k
 
 
 class TargetFailed(Exception):
     """A target could not be built, read or written: `error` says what failed, as facts, for the scope
-    pipeline to classify (`core.scope_errors.classify`); the API's error, if any, is the cause."""
+    pipeline to classify (`core.scope.errors.classify`); the API's error, if any, is the cause."""
 
     def __init__(self, error: TargetError) -> None:
         detail = f": {error.detail}" if error.detail else ""
@@ -118,7 +118,7 @@ def _document(target: "ScopeTarget", error: str | Exception) -> TargetFailed:
 
 
 def _judged(op: Op, where: str, p: Problem) -> TargetFailed:
-    """What core.app_values found wrong with an Application's values (its reason and explanation)."""
+    """What core.scope.app_values found wrong with an Application's values (its reason and explanation)."""
     return TargetFailed(TargetError(op, "values", where, detail=p.message, reason=p.reason))
 
 
@@ -240,7 +240,7 @@ class ConfigMapTarget:
 class ApplicationTarget:
     """Helm values of an Argo CD Application rendering the Slurm chart: the inline values document Argo CD
     renders for its only or selected source (`helm.valuesObject`, else the YAML string `helm.values`,
-    edited in place); the rules live in core/app_values. One merge patch with the read's resourceVersion
+    edited in place); the rules live in core/scope/app_values. One merge patch with the read's resourceVersion
     as precondition (for a multi-source Application it replaces `spec.sources` whole)."""
 
     kind = "Application"
@@ -262,7 +262,7 @@ class ApplicationTarget:
                          source_index=self.source_index)
 
     def _locate(self, obj: dict) -> Any:
-        from ..core import app_values  # (imported here: this class is the module's only user)
+        from ..core.scope import app_values  # (imported here: this class is the module's only user)
         try:
             source = app_values.select_source(obj.get("spec") or {}, self.source_chart, self.source_index)
             version = _version(obj, source.where, "helm.values")  # a values string is parsed once per version
@@ -281,7 +281,7 @@ class ApplicationTarget:
         return TargetRead(self.located.list, obj, _ledger(obj))
 
     async def write(self, read: TargetRead, values: list[str] | None, ledger: Ledger) -> str | None:
-        from ..core import app_values
+        from ..core.scope import app_values
         patch: dict = {"metadata": {"resourceVersion": read.obj["metadata"]["resourceVersion"],
                                     "annotations": {SCOPE_LEDGER_ANNOTATION: encode_ledger(ledger)}}}
         new_doc, loc = None, None

@@ -25,7 +25,7 @@ from ..adapters import kube as k
 from ..adapters.informer import Informer, Resource
 from ..api.keys import SCHEDULER_CONFIGMAP_LABEL
 from ..core import selectors
-from ..core.target_ref import TargetRef, locate
+from ..core.scope.target_ref import TargetRef, locate
 from .state import BindingState
 
 # The controller Context (bindings, http, config, metrics, depends). Not imported: the context
@@ -58,7 +58,7 @@ def scheduler_namespace(state: BindingState) -> str | None:
 
 
 def target_of(state: BindingState) -> TargetRef:
-    """The binding's scope target (core.target_ref: the one place that knows each kind's objects)."""
+    """The binding's scope target (core.scope.target_ref: the one place that knows each kind's objects)."""
     return locate(state.admitted_spec, state.namespace, state.discovery.configmap_name if state.discovery else None)
 
 

@@ -1,7 +1,7 @@
 """Scheduler RBAC for `scope.grantClusterRole` and its check (I/O): our RoleBindings, create and
 delete, SubjectAccessReviews; on deletion, remove them all.
 
-What to create, delete and ask is planned by `core.scope_plan` (with `core.grants.plan_grants`);
+What to create, delete and ask is planned by `core.scope_plan` (with `core.scope.grants.plan_grants`);
 this module gathers and acts, and returns failures as facts for the plan's check chain.
 """
 
@@ -12,10 +12,10 @@ from typing import Callable, Iterator
 from ..api.events import EventReason
 from ..adapters import grants as io
 from ..adapters import kube as k
-from ..core import grants as g
+from ..core.scope import grants as g
 from ..core import scope_outcome as so
 from ..core import scope_plan as sp
-from ..core import scope_rbac as rbac
+from ..core.scope import rbac as rbac
 from ..core.redact import describe
 from .context import Context
 from .state import BindingState, ScopeMemory
@@ -27,7 +27,7 @@ def _legacy_name(state: BindingState) -> str:
 
 def grantable(ctx: Context, state: BindingState,
               sandbox: frozenset[str]) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
-    """The namespaces this binding may grant in (core.grants.grantable over its sandbox namespaces and
+    """The namespaces this binding may grant in (core.scope.grants.grantable over its sandbox namespaces and
     alwaysInclude, with the settings: whatever the list holds, a listed one is grantable iff it is
     here), of those the ones that exist and are not terminating, and the ones inside the admin's
     `--allow-grant` for its namespace (only there is a RoleBinding made)."""
@@ -51,7 +51,7 @@ async def ours(ctx: Context, state: BindingState) -> tuple[tuple[g.Grant, ...] |
 
 
 async def role_covers(ctx: Context, role: str) -> bool:
-    """Whether the ClusterRole granted covers what the scheduler needs (`core.scope_rbac.role_covers`):
+    """Whether the ClusterRole granted covers what the scheduler needs (`core.scope.rbac.role_covers`):
     then our RoleBinding permits it where it exists, with no review. Unreadable (not found, not
     allowed, an error): False, and the reviews decide as without it."""
     try:
@@ -95,7 +95,7 @@ async def apply(ctx: Context, state: BindingState, plan: sp.SyncPlan, role: str,
 
 async def review(ctx: Context, reviews: rbac.Reviews) -> so.Answers:
     """The SubjectAccessReviews the plan asks: the cluster-wide one first, then the namespaces its
-    answer leaves (core.scope_rbac.second_round)."""
+    answer leaves (core.scope.rbac.second_round)."""
     if reviews.sa is None:
         return so.Answers()
     cluster: bool | None = None

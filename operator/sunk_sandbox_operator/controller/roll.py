@@ -1,6 +1,6 @@
 """Rolling the scheduler onto the list in its target: list its workloads, patch the pod template (I/O).
 
-When to roll, and what to patch, is decided in core (`core.scope_plan`, `core.roll_pacing.when_to_roll`,
+When to roll, and what to patch, is decided in core (`core.scope_plan`, `core.scope.pacing.when_to_roll`,
 `core.scope.decide_roll`); the template records the list's hash, the ledger generation it was
 rolled for, and when (`rolled-at`: the pacing's memory that survives a death before the status
 flush). A refused read or patch is returned as a fact for the plan's check chain; only the Restore
@@ -14,7 +14,7 @@ from ..api.events import EventReason
 from ..adapters import kube as k
 from ..adapters import scheduler as sched
 from ..api.keys import SCOPE_GENERATION_ANNOTATION, SCOPE_HASH_ANNOTATION
-from ..core import scope as sc
+from ..core.scope import template as sc
 from ..core import scope_plan as sp
 from ..core.scheduler import Discovery
 from ..core.redact import describe

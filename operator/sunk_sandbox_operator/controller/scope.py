@@ -20,10 +20,10 @@ from ..core.problems import Problem
 from ..adapters import targets
 from ..api.events import EventReason
 from ..api.reasons import ScopeSynced
-from ..core import roll_pacing as pacing
+from ..core.scope import pacing as pacing
 from ..core.compose import Part
-from ..core.target_ref import TargetRef
-from ..core.scope import NamespaceInfo
+from ..core.scope.target_ref import TargetRef
+from ..core.scope.membership import NamespaceInfo
 from . import grants, placement, retry, scope_sync
 from . import scope_restore as sr
 from .coalescer import Coalescer

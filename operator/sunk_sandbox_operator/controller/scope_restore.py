@@ -12,10 +12,10 @@ from ..core.problems import Problem
 from ..api.events import EventReason
 from ..adapters import kube as k
 from ..adapters import targets
-from ..core import scope as sc
-from ..core import scope_errors
-from ..core.ledger import Entry
-from ..core.target_ref import TargetRef
+from ..core.scope import plan as sc
+from ..core.scope import errors as scope_errors
+from ..core.scope.ledger import Entry
+from ..core.scope.target_ref import TargetRef
 from . import retry
 from . import roll as rolling
 from .context import Context
@@ -24,7 +24,7 @@ from .state import BindingState, ScopeMemory
 
 def problem_of(exc: Problem | targets.TargetFailed) -> Problem:
     """A failure of the scope pipeline as reported: a Problem as it is, what a target could not do
-    classified (`core.scope_errors.classify`: the reason and the fix)."""
+    classified (`core.scope.errors.classify`: the reason and the fix)."""
     return scope_errors.classify(exc.error) if isinstance(exc, targets.TargetFailed) else exc
 
 

@@ -24,8 +24,9 @@ from ..adapters import kube as k
 from ..adapters import targets
 from ..api.events import EventReason
 from ..api.reasons import Common, ScopeSynced
-from ..core import roll_pacing as pacing
-from ..core import scope as sc
+from ..core.scope import pacing as pacing
+from ..core.scope import plan as sc
+from ..core.scope.report import section
 from ..core import scope_outcome as so
 from ..core import scope_plan as sp
 from ..core.compose import Part
@@ -61,7 +62,7 @@ def _sandbox_set(ctx: Context, state: BindingState, mem: ScopeMemory, full: bool
 
 def _error_part(ctx: Context, state: BindingState, reason: str, message: str, status: Status = "False") -> Part:
     return Part(COND, status, reason, message, "scope",
-                sc.section(state.section("scope"), None, now=ctx.now_iso(), error=True))
+                section(state.section("scope"), None, now=ctx.now_iso(), error=True))
 
 
 async def run(ctx: Context, state: BindingState, mem: ScopeMemory, *, periodic: bool) -> Part:
@@ -70,7 +71,7 @@ async def run(ctx: Context, state: BindingState, mem: ScopeMemory, *, periodic: 
     try:
         return await _sync_inner(ctx, state, mem, periodic, started)
     except (Problem, targets.TargetFailed) as exc:
-        p = sr.problem_of(exc)  # a target's failure classified: core.scope_errors
+        p = sr.problem_of(exc)  # a target's failure classified: core.scope.errors
         return _error_part(ctx, state, p.reason, p.message)
     except retry.RetriesExhausted as exc:
         return _error_part(ctx, state, ScopeSynced.CONFLICT,

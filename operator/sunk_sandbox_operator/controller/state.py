@@ -20,10 +20,10 @@ from ..core.compose import Part
 from ..core.placement import PlacementTracker
 from ..core.slurm_jobs import JobTracker
 from ..core.scheduler import Discovery
-from ..core.scope import Matcher, compile_matcher
+from ..core.scope.membership import Matcher, compile_matcher
 from ..core.scope_plan import SyncMemory
-from ..core.scope_rbac import Permits
-from ..core.target_ref import TargetRef
+from ..core.scope.rbac import Permits
+from ..core.scope.target_ref import TargetRef
 from ..core.selectors import ParsedSelector
 
 if TYPE_CHECKING:

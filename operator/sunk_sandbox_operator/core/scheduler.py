@@ -24,7 +24,7 @@ from .scheduler_conf import (
     SchedulerArgs, SchedulerConf, parse_scheduler_args, parse_scheduler_conf, slurm_kill_wait,
 )
 from .selectors import to_label_selector_string
-from .target_ref import CONFIGMAP, locate
+from .scope.target_ref import CONFIGMAP, locate
 
 # ---------------------------------------------------------------- discovery
 

@@ -13,11 +13,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping
 
 from ..api.reasons import ScopeSynced
-from . import grants as g
-from . import scope as sc
+from .scope import grants as g
+from .scope import plan as sc
+from .scope import report as sr
 from . import scope_plan as sp
 from .scope_plan import Finding, SyncMemory, SyncObservation, SyncPlan
-from .scope_rbac import Permits, everywhere, permits_after
+from .scope.rbac import Permits, everywhere, permits_after
 
 
 # ---------------------------------------------------------------- after acting
@@ -156,7 +157,7 @@ def grants_event(uid: str, role: str, created: list[str], removed: list[str]) ->
 
 @dataclass(frozen=True)
 class Outcome:
-    report: sc.ScopeReport
+    report: sr.ScopeReport
     memory: SyncMemory
 
 
@@ -173,7 +174,7 @@ def outcome(obs: SyncObservation, plan: SyncPlan, done: Done, *, prev: dict[str,
         if done.rolled_at is not None:
             m = replace(m, last_roll=done.rolled_at[0], last_roll_at=done.rolled_at[1])
     problem = first_problem(Result(obs, plan, done, permits))
-    report = sc.report(obs.scope, plan.listed, prev=prev, now=now, wrote=plan.write.values is not None,
+    report = sr.report(obs.scope, plan.listed, prev=prev, now=now, wrote=plan.write.values is not None,
                        problem=problem, notes=[plan.roll.note] if plan.roll.note else [],
                        managed_by=plan.manager.describe() if plan.manager else None, rolls=status_times(m))
     return Outcome(report, m)

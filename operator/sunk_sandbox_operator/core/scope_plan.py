@@ -13,8 +13,8 @@ The shell (`controller.scope_sync`) gathers, calls these, acts in the order they
    RoleBindings when refreshing; which listed namespaces the binding may grant in): a RoleBinding LIST
    never holds up the list write, and a burst that began during the write still defers the roll to
    its last write;
-4. `decide_sync`: the whole plan (the write as decided; the roll: `core.roll_pacing.when_to_roll`,
-   then the template check, rationed by `roll_wait`; the grants: `core.grants.plan_grants`; the
+4. `decide_sync`: the whole plan (the write as decided; the roll: `core.scope.pacing.when_to_roll`,
+   then the template check, rationed by `roll_wait`; the grants: `core.scope.grants.plan_grants`; the
    SubjectAccessReviews to ask; the next memory; when to wake for the folded roll);
 5. after acting, `core.scope_outcome.outcome`: the memory the results leave, and the report, whose
    problem is the first of one check chain over the results (roll → grants → the scheduler's RBAC;
@@ -32,12 +32,13 @@ from typing import Any, Callable, Iterator, Mapping
 from ..api.keys import FIELD_MANAGER, SCOPE_GENERATION_ANNOTATION, SCOPE_HASH_ANNOTATION
 from ..api.reasons import ScopeSynced, grant_targets
 from ..api.spec import LabelSelector
-from . import grants as g
-from . import managers
-from . import roll_pacing as pacing
-from . import scope as sc
-from .ledger import Entry, Ledger
-from .scope_rbac import Permits, Reviews, plan_reviews
+from .scope import grants as g
+from .scope import managers
+from .scope import pacing as pacing
+from .scope import plan as sc
+from .scope import template
+from .scope.ledger import Entry, Ledger
+from .scope.rbac import Permits, Reviews, plan_reviews
 
 Finding = tuple[ScopeSynced, str]  # a problem ScopeSynced reports: (reason, message)
 GRANT_FOLD_SECONDS = 5.0  # the longest a burst defers its grants (a stream of namespaces never starves them)
@@ -91,11 +92,11 @@ class SyncObservation:
     burst_goes_on: bool = False            # more changes already signalled: the burst's last write rolls
     roll_timer_pending: bool = False       # a folded roll's sync is already set
     now_iso: str = ""
-    grantable: frozenset[str] = frozenset()  # namespaces this binding may grant in (core.grants.grantable)
+    grantable: frozenset[str] = frozenset()  # namespaces this binding may grant in (core.scope.grants.grantable)
     live: frozenset[str] = frozenset()     # ... of those, the ones that exist and are not terminating
     may_grant: frozenset[str] = frozenset()  # ... of `grantable`, those inside the admin's --allow-grant
     found: tuple[g.Grant, ...] | None = None  # our RoleBindings, when refreshing (else None: memory says)
-    role_covers: bool = False              # grant_role's rules cover the scheduler's needs (core.scope_rbac)
+    role_covers: bool = False              # grant_role's rules cover the scheduler's needs (core.scope.rbac)
     found_forbidden: str | None = None
 
 
@@ -148,7 +149,7 @@ class Needs:
 
 @dataclass(frozen=True)
 class RollPlan:
-    patch: sc.RollDecision | None = None   # patch this pod template now
+    patch: template.RollDecision | None = None   # patch this pod template now
     wait: float | None = None              # fold: one roll in `wait` seconds
     note: str | None = None                # for the condition message
     problem: Finding | None = None         # the workloads could not be listed
@@ -206,7 +207,7 @@ def rewrites_running_list(obs: SyncObservation, d: sc.ListDecision) -> bool:
     since = _foreign_list_change(obs) if d.reverted else None
     if since is None or obs.workloads is None:
         return True  # not a revert, who removed them is not recorded, or the workloads are not readable
-    dep = sc.scheduler_workload(obs.workloads, obs.roll.pod_selector)
+    dep = template.scheduler_workload(obs.workloads, obs.roll.pod_selector)
     return dep is not None and managers.changed_since(dep.get("metadata"), ("spec", "template"), since, FIELD_MANAGER)
 
 
@@ -285,18 +286,18 @@ def cannot_list_workloads(namespace: str, error: str) -> Finding:
                                    f"{grant_targets(namespace)}")
 
 
-def cannot_patch(d: sc.RollDecision, namespace: str, error: str) -> Finding:
+def cannot_patch(d: template.RollDecision, namespace: str, error: str) -> Finding:
     return ScopeSynced.FORBIDDEN, (f"the operator may not patch {d.kind} {namespace}/{d.workload}: {error}; "
                                    f"{grant_targets(namespace)}")
 
 
 def template_check(workloads: tuple[Mapping[str, Any], ...] | None, forbidden: str | None, roll: RollSettings,
-                   values: list[str], *, wrote: bool, generation: int | None) -> sc.RollDecision | Finding:
+                   values: list[str], *, wrote: bool, generation: int | None) -> template.RollDecision | Finding:
     """Does the scheduler's pod template say it runs `values` (core.scope.decide_roll)? The patch to
     make, or why the workloads could not be read."""
     if workloads is None:
         return cannot_list_workloads(roll.namespace, forbidden or "they were not listed")
-    return sc.decide_roll(workloads, roll.pod_selector, roll.namespace, values, wrote=wrote,
+    return template.decide_roll(workloads, roll.pod_selector, roll.namespace, values, wrote=wrote,
                           hash_annotation=SCOPE_HASH_ANNOTATION, generation=generation,
                           generation_annotation=SCOPE_GENERATION_ANNOTATION)
 
@@ -306,7 +307,7 @@ def _last_rolled(obs: SyncObservation, m: SyncMemory, now: float) -> SyncMemory:
     status.scope.lastRollTime is written after the roll, so a death in between leaves it only there."""
     if obs.workloads is None:
         return m
-    seen = pacing.rolled_later(sc.scheduler_workload(obs.workloads, obs.roll.pod_selector), m.last_roll_at,
+    seen = pacing.rolled_later(template.scheduler_workload(obs.workloads, obs.roll.pod_selector), m.last_roll_at,
                                obs.now_iso, now)
     m = replace(m, roll_unread=False)
     return m if seen is None else replace(m, last_roll=seen[0], last_roll_at=seen[1])
@@ -376,7 +377,7 @@ def _grants(obs: SyncObservation, m: SyncMemory,
 
 def _reviews(obs: SyncObservation, m: SyncMemory, mine: list[str], grants: g.GrantPlan | None,
              now: float) -> Reviews:
-    """`core.scope_rbac.plan_reviews`; with a ClusterRole that covers the scheduler's needs, the
+    """`core.scope.rbac.plan_reviews`; with a ClusterRole that covers the scheduler's needs, the
     namespaces holding (or about to hold) our RoleBinding are covered by it."""
     live = tuple(ns for ns in mine if ns in obs.live)
     covered: frozenset[str] = frozenset()

@@ -16,9 +16,9 @@ from typing import Literal
 
 import yaml
 
-from ..api.keys import SCHEDULER_CONFIGMAP_LABEL
-from ..api.reasons import ScopeSynced, _Reason, grant_targets
-from .problems import Problem
+from ...api.keys import SCHEDULER_CONFIGMAP_LABEL
+from ...api.reasons import ScopeSynced, _Reason, grant_targets
+from ..problems import Problem
 
 Op = Literal["build", "read", "write"]  # build: the target from the spec, before any request
 Cause = Literal[
@@ -28,7 +28,7 @@ Cause = Literal[
     "no-key",         # the ConfigMap has no such key
     "document",       # the document cannot take the new list: malformed YAML, or an edit it does not allow
     "refused",        # the document (or the edit's result) refused as untrusted input (core.untrusted)
-    "values",         # an Argo CD Application's Helm values, as core.app_values judged them (`reason`)
+    "values",         # an Argo CD Application's Helm values, as core.scope.app_values judged them (`reason`)
     "values-from-missing",      # the HelmRelease does not read the ConfigMap key in spec.valuesFrom
     "values-from-target-path",  # ... reads it only with a targetPath (a single flat value)
     "values-overridden",        # its inline spec.values sets the list's path over every valuesFrom entry
@@ -51,7 +51,7 @@ class TargetError:
     key: str | None = None       # the ConfigMap key holding the document
     path: str = ""               # the list's path in the document
     detail: str = ""             # the API server's message, the document's error, app_values' explanation
-    reason: _Reason | None = None  # "values": the reason core.app_values gave
+    reason: _Reason | None = None  # "values": the reason core.scope.app_values gave
 
 
 def classify(error: TargetError) -> Problem:

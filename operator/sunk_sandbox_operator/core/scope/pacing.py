@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Mapping
 
-from ..api.keys import SCOPE_ROLLED_AT_ANNOTATION
-from .pods import parse_time
-from .scheduler_conf import parse_go_duration
+from ...api.keys import SCOPE_ROLLED_AT_ANNOTATION
+from ..pods import parse_time
+from ..scheduler_conf import parse_go_duration
 
 DEFAULT_INTERVAL = 30.0
 
