@@ -66,7 +66,7 @@ PRE_POLICY = {
 }
 
 FAILPOINTS = ["after-policy-intent", "after-policy-write", "after-scope-write", "after-rolebinding-create",
-              "before-status-flush"]
+              "after-scheduler-roll", "before-status-flush"]
 
 
 def wired(name: str) -> bool:
@@ -392,6 +392,12 @@ def crash_state_facts(s: Scenario, name: str) -> None:
     elif name == "after-scope-write":
         entry = ledger_entry(s.kube, s.ns)
         assert entry is not None and set(entry.added) <= set(listed(s.kube, s.ns))
+    elif name == "after-scheduler-roll":  # the roll loop patched the template: its hash and when, nothing after
+        from sunk_sandbox_operator.api.keys import SCOPE_HASH_ANNOTATION, SCOPE_ROLLED_AT_ANNOTATION
+
+        template = s.kube.apps.read_namespaced_deployment("slurm-scheduler", s.ns).spec.template.metadata
+        assert {SCOPE_HASH_ANNOTATION, SCOPE_ROLLED_AT_ANNOTATION} <= set(template.annotations or {})
+        assert ledger_entry(s.kube, s.ns) is not None  # rolled onto a list the operator wrote
 
 
 # ---------------------------------------------------------------- tests

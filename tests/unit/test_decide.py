@@ -1,7 +1,10 @@
-"""The pure decide functions the controller calls: core.policy_decide, core.scope (decide_list, report,
-section, decide_roll, restore_plan) and core.scope.grants (plan_grants, names)."""
+"""The pure decide functions the controller calls: core.policy_decide, core.scope.plan (decide_list,
+restore_plan), core.scope.report (report, section), core.scope.template (decide_roll) and
+core.scope.grants (plan_grants, names)."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 
@@ -12,7 +15,13 @@ from sunk_sandbox_operator.core.scope import grants as g
 from sunk_sandbox_operator.core import policy_decide as pd
 from sunk_sandbox_operator.core.scope import plan as sc
 from sunk_sandbox_operator.core.scope import report as sr
+from sunk_sandbox_operator.core.scope import list_loop
 from sunk_sandbox_operator.core.scope import template as st
+from sunk_sandbox_operator.core.scope.errors import Finding
+from sunk_sandbox_operator.core.scope.grant_loop import GrantState
+from sunk_sandbox_operator.core.scope.list_loop import ListState
+from sunk_sandbox_operator.core.scope.roll_loop import RollState
+from sunk_sandbox_operator.core.scope.target_ref import TargetRef
 
 HASH = "sunksandbox.dev/scope-hash"
 PARTITION = 'base.metadata.annotations["sunk.coreweave.com/partition"]'
@@ -111,7 +120,10 @@ def test_policy_section_merges_into_the_previous_one_through_the_model() -> None
         pd.section({}, {"owned": [{"path": "x"}]})                                       # the model validates
 
 
-# ---------------------------------------------------------------- core.scope: decide_list
+# ---------------------------------------------------------------- core.scope.plan: decide_list
+
+
+REF = TargetRef("SchedulerConfigMap", "slurm", "cm", "scheduler.scope.namespaces", "scheduler.conf")
 
 
 def obs(values, sandbox=(), *, always=(), pre=None, added=(), observe=False, scope_type="namespace", error=None):
@@ -151,47 +163,54 @@ def test_decide_list_cluster_scope_and_errors() -> None:
     assert e.write is None and e.error == "ConfigMap slurm/cm: not a list; it was left untouched: fix it by hand"
 
 
-# ---------------------------------------------------------------- core.scope: report and section
+# ---------------------------------------------------------------- core.scope.report: report and section
+
+
+def kept(o: sc.ScopeObservation) -> ListState:
+    """What the list loop keeps after deciding over `o` (its first wake)."""
+    return list_loop.decide(list_loop.ListObservation(o, REF, "slurm/b"), ListState()).memory
 
 
 def test_report_synced_pending_problem_cluster_and_invalid() -> None:
     o = obs(["slurm"], {"ds-a"})
-    d = sc.decide_list(o)
-    r = sr.report(o, d, prev=None, now="T", wrote=True, notes=["note."])
+    r = sr.report(sr.Results(kept(o), RollState(note="note."), GrantState()), prev=None, now="T")
     assert (r.status, r.reason) == ("True", "Synced") and r.message.endswith("every sandbox namespace included. note.")
     assert r.section == {"type": "namespace", "namespaceCount": 2, "missing": [], "missingCount": 0, "addedCount": 1,
                          "lastSyncTime": "T"}
-    p = sr.report(o, d, prev=None, now="T", wrote=True, problem=("Forbidden", "no RBAC."))
+    p = sr.report(sr.Results(kept(o), RollState(), GrantState(problem=Finding("Forbidden", "no RBAC."))), prev=None,
+                  now="T")
     assert (p.status, p.reason, p.message) == ("False", "Forbidden", "no RBAC.")
     many = obs(["slurm"], {f"ds-{i}" for i in range(7)}, observe=True)
-    pending = sr.report(many, sc.decide_list(many), prev=None, now="T", wrote=False)
+    pending = sr.report(sr.Results(kept(many), RollState(), GrantState()), prev=None, now="T")
     assert (pending.status, pending.reason) == ("False", "Pending")
     assert "7 sandbox namespace(s) missing" in pending.message and "Observe mode" in pending.message
     assert pending.message.rstrip(".").endswith("…")
     assert pending.section["missing"] == [f"ds-{i}" for i in range(5)] and pending.section["missingCount"] == 7
     c = obs(None, scope_type="cluster")
-    assert sr.report(c, sc.decide_list(c), prev=None, now="T", wrote=False).reason == "ClusterScope"
-    bad = obs(None, error="broken")
-    invalid = sr.report(bad, sc.decide_list(bad), prev={"namespaceCount": 3, "lastSyncTime": "T0"}, now="T", wrote=False)
+    assert sr.report(sr.Results(kept(c), RollState(), GrantState()), prev=None, now="T").reason == "ClusterScope"
+    bad = kept(obs(None, error="broken"))
+    invalid = sr.report(sr.Results(bad, RollState(), GrantState()), prev={"namespaceCount": 3, "lastSyncTime": "T0"},
+                        now="T")
     assert (invalid.status, invalid.reason) == ("False", "InvalidConfig")
     assert invalid.section["namespaceCount"] == 3 and invalid.section["lastSyncTime"] == "T0"
+    assert sr.report(sr.Results(ListState(), RollState(), GrantState()), prev=None, now="T") is None  # not looked yet
 
 
 def test_section_moves_last_sync_time_only_when_something_changed() -> None:
-    d = sc.ListDecision(final=["a"], added=["a"], preexisting=[])
-    first = sr.section(None, d, now="T1", scope_type="namespace", count=1, missing=[], missing_count=0)
+    f = list_loop.ListFacts("ConfigMap slurm/cm", None, "namespace", False, count=1, added_count=1)
+    first = sr.section(None, f, now="T1")
     assert first["lastSyncTime"] == "T1"
-    same = sr.section(first, d, now="T2", scope_type="namespace", count=1, missing=[], missing_count=0)
+    same = sr.section(first, f, now="T2")
     assert same == first                                                 # a confirming resync: no churn
-    wrote = sr.section(first, d, now="T3", scope_type="namespace", count=1, missing=[], missing_count=0, wrote=True)
+    wrote = sr.section(first, replace(f, wrote=True), now="T3")
     assert wrote["lastSyncTime"] == "T3"
-    other = sr.section(first, d, now="T4", scope_type="namespace", count=2, missing=[], missing_count=0)
+    other = sr.section(first, replace(f, count=2), now="T4")
     assert other["lastSyncTime"] == "T4" and other["namespaceCount"] == 2
-    err = sr.section(other, None, now="T5", error=True)
+    err = sr.section(other, None, now="T5")
     assert err == other                                                  # an error keeps what was known
 
 
-# ---------------------------------------------------------------- core.scope: decide_roll, restore_plan
+# ---------------------------------------------------------------- core.scope.template: decide_roll; restore_plan
 
 
 SELECTOR = LabelSelector(match_labels={"app": "sched"})

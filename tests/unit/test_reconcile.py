@@ -215,7 +215,7 @@ async def test_binding_deleted_after_a_clean_restore_forgets_the_binding(harness
     state, runner = new_binding(h)
     await reconcile.reconcile(h.ctx, state)
     assert await lifecycle.binding_deleted(h.ctx, h.kube.get("bindings", NS, "b"), 0) is None
-    assert h.ctx.bindings.get((NS, "b")) is None and state.scope.syncer.cancelled
+    assert h.ctx.bindings.get((NS, "b")) is None and all(loop.runs.cancelled for loop in state.scope.loops)
 
 
 # ---------------------------------------------------------------- the per-binding loop

@@ -56,7 +56,7 @@ async def test_a_bomb_in_scheduler_conf_refuses_its_binding_only(harness, scans:
     assert (part.condition, part.status, part.reason) == ("ScopeSynced", "False", ScopeSynced.DOCUMENT_REFUSED)
     assert part.message.startswith(f"ConfigMap slurm/cm key scheduler.conf at {PATH}: {REFUSED}")
     assert "write it without anchors and aliases" in part.message and "left untouched" in part.message
-    assert (victim.scope.retry_handle, victim.scope.failures) == (None, 0)  # not transient: no retry storm
+    assert (victim.scope.list_loop.retry, victim.scope.list_loop.failures) == (None, 0)  # not transient: no retry storm
     assert h.kube.count("replace_configmap") == 0 and h.kube.get("configmaps", "slurm", "cm")["data"]["scheduler.conf"] == BOMB
     assert len(scans) == 1
     again = await scope.sync(h.ctx, victim)                                   # the same resourceVersion:

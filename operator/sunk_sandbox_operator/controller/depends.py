@@ -140,6 +140,15 @@ class Dependencies:
         seen = running[2].get(f"{namespace}/{name}")
         return seen in writes and writes.index(seen) <= writes.index(resource_version)
 
+    def seen(self, obj: ObjKey) -> str | None:
+        """The resourceVersion the object's watch delivered last (None: no such watch, not listed yet,
+        or the object not seen): an object read at that version has not changed since, as far as it knows."""
+        kind, namespace, name = obj
+        running = self._running.get(Watched(kind, namespace))
+        if running is None or not running[0].ready.is_set():
+            return None
+        return running[2].get(f"{namespace}/{name}")
+
     def refresh(self) -> None:
         want: set[Watched] = set()
         for state in self.ctx.bindings:

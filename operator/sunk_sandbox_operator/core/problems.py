@@ -6,7 +6,7 @@ condition, which reports it as it is: the reason (an `api.reasons` member) and a
 says what to do. Adapters never make one: transport failures (`adapters.kube.KubeError`, the runner
 API's errors) and what a scope target could not do (`adapters.targets.TargetFailed`, its facts a
 `core.scope.errors.TargetError`) are classified by the concern that catches them (for the scope
-target: `scope_errors.classify`, one pure table).
+target: `core.scope.errors.classify`, one pure table).
 """
 
 from __future__ import annotations

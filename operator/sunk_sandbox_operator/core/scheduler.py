@@ -86,7 +86,7 @@ def scheduler_conf_location(spec: BindingSpec, binding_namespace: str) -> tuple[
 
 def _scheduler_configmap(name: str, cms: Sequence[Mapping[str, Any]], d: Discovery) -> Mapping[str, Any] | None:
     if name:
-        # The admin named it for the scope sync; the scheduler reads the same document.
+        # The admin named it for the scope list; the scheduler reads the same document.
         named = next((cm for cm in cms if _meta(cm).get("name") == name), None)
         if named is None:
             d.messages.append(f"ConfigMap {name} (spec.scope.target.configMap.name) not found in {d.namespace}")

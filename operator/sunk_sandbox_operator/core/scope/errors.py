@@ -7,6 +7,8 @@ server's answer or the document's error), with the transport error as its cause.
 (`kube.Conflict`) is not a failure: it passes as it is, for the retry. The scope pipeline's
 catch points (sync, Restore, leaving a target) turn a `TargetError` into the `Problem` that
 ScopeSynced or the SCOPE_NOT_RESTORED event reports with `classify`, this module's one table.
+
+`Finding` is what one scope loop keeps of a problem for ScopeSynced (`core.scope.report` ranks them).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import yaml
 
 from ...api.keys import SCHEDULER_CONFIGMAP_LABEL
 from ...api.reasons import ScopeSynced, _Reason, grant_targets
+from ..conditions import Status
 from ..problems import Problem
 
 Op = Literal["build", "read", "write"]  # build: the target from the spec, before any request
@@ -52,6 +55,20 @@ class TargetError:
     path: str = ""               # the list's path in the document
     detail: str = ""             # the API server's message, the document's error, app_values' explanation
     reason: _Reason | None = None  # "values": the reason core.scope.app_values gave
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A problem one scope loop found, as ScopeSynced reports it: its reason, the message with the fix,
+    and the condition's status (Unknown for what is transient and not understood)."""
+
+    reason: str
+    message: str
+    status: Status = "False"
+
+    @classmethod
+    def of(cls, problem: Problem) -> "Finding":
+        return cls(problem.reason, problem.message)
 
 
 def classify(error: TargetError) -> Problem:

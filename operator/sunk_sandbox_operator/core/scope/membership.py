@@ -94,7 +94,7 @@ def is_terminating(ns: Mapping[str, Any]) -> bool:
 
 @dataclass(slots=True)
 class NamespaceInfo:
-    """The few facts about a Namespace the scope sync needs (what an index stores)."""
+    """The few facts about a Namespace the scope loops need (what an index stores)."""
 
     name: str
     labels: dict[str, str] = field(default_factory=dict)

@@ -69,7 +69,7 @@ def plan(current: list[str], desired_sandbox: set[str], always_include: Iterable
 
 def _plan(current: list[str], cur: set[str], desired_sandbox: set[str] | frozenset[str], always_include: Iterable[str],
           preexisting: Iterable[str] | None, ours: set[str], others: Iterable[str]) -> ScopePlan:
-    """`plan` with the current names and ours as sets (a sync at 5,000 names builds each once)."""
+    """`plan` with the current names and ours as sets (a wake at 5,000 names builds each once)."""
     protected = set(preexisting or ())
     claimed = others if isinstance(others, (set, frozenset)) else set(others)
     wanted = desired_sandbox.union(always_include)
@@ -94,7 +94,7 @@ def missing_summary(desired_sandbox: Iterable[str], current: Iterable[str], limi
     return len(missing), missing[: max(limit, 0)]
 
 
-# ---------------------------------------------------------------- deciding a sync
+# ---------------------------------------------------------------- deciding the list
 
 MISSING_LIMIT = 5
 EVENT_NAMES_LIMIT = 10
@@ -102,7 +102,7 @@ EVENT_NAMES_LIMIT = 10
 
 @dataclass(frozen=True)
 class ScopeObservation:
-    """What a sync read: the target's list, the namespaces that belong, and our ledger."""
+    """What a list wake read: the target's list, the namespaces that belong, and our ledger."""
 
     target: str                      # human description of the target, for messages
     values: list[str] | None         # the list as read (None with error or cluster scope)
@@ -119,13 +119,13 @@ class ScopeObservation:
     error_reason: str = R.INVALID_CONFIG  # what reports `error` (DocumentRefused: refused as untrusted input)
 
     @cached_property
-    def listed(self) -> ListDecision:  # decide_list(self), once: a sync asks before and after its write
+    def listed(self) -> ListDecision:  # decide_list(self), once: a wake may ask before its decision too
         return decide_list(self)
 
 
 @dataclass(frozen=True)
 class ListDecision:
-    """The list to write (None: no write), the ledger after it, or a report that ends the sync."""
+    """The list to write (None: no write), what we claim after it, or why the list cannot be kept."""
 
     write: list[str] | None = None
     final: list[str] = field(default_factory=list)
@@ -139,6 +139,14 @@ class ListDecision:
     claims_changed: bool = False  # the list stays, but what we claim in the ledger changed (shared targets)
 
 
+def effective(values: list[str] | tuple[str, ...] | None, own_namespace: str | None) -> list[str]:
+    """The list as the scheduler reads it. SUNK reads a blank list as "the scheduler's own namespace":
+    writing the sandbox namespaces alone would silently stop it watching there, so the effective list
+    is what is kept (and what the roll and the grants read)."""
+    current = list(values or [])
+    return [own_namespace] if not current and own_namespace else current
+
+
 def decide_list(obs: ScopeObservation) -> ListDecision:
     if obs.error:
         return ListDecision(error=f"{obs.target}: {obs.error}; it was left untouched: fix it by hand",
@@ -146,11 +154,7 @@ def decide_list(obs: ScopeObservation) -> ListDecision:
     if obs.scope_type == "cluster":
         return ListDecision(cluster=True, preexisting=list(obs.preexisting) if obs.preexisting is not None else None,
                             added=list(obs.added))
-    current = list(obs.values or [])
-    if not current and obs.own_namespace:
-        # SUNK reads a blank list as "the scheduler's own namespace": writing the sandbox
-        # namespaces alone would silently stop it watching there. The effective list is kept.
-        current = [obs.own_namespace]
+    current = effective(obs.values, obs.own_namespace)
     cur, ours = set(current), set(obs.added)
     # Before our first write, what is listed is the admin's — except what other bindings added.
     pre = sorted(cur - obs.others) if obs.preexisting is None else list(obs.preexisting)
