@@ -348,7 +348,7 @@ def test_argocd_application_target(argocd_crd, operator, emulator, slurm_ns):
     assert obj["spec"]["source"]["chart"] == "slurm"
     cond = kube.wait_condition(slurm_ns, "b", "ScopeSynced", "True", "Synced")
     assert f"Application {slurm_ns}/slurm" in cond["message"]
-    from sunk_sandbox_operator.core import ledger  # the Application carries the ledger, patched with the list
+    from sunk_sandbox_operator.core.scope import ledger  # the Application carries the ledger, patched with the list
     entry = ledger.decode(obj["metadata"]["annotations"]["sunksandbox.dev/scope-ledger"]).get(f"{slurm_ns}/b")
     assert set(entry.added) == {f"{p}-a", f"{p}-b"} and entry.preexisting == ("admin-x",)
     # The ConfigMap is not the target: untouched.

@@ -202,12 +202,17 @@ def test_section_moves_last_sync_time_only_when_something_changed() -> None:
     assert first["lastSyncTime"] == "T1"
     same = sr.section(first, f, now="T2")
     assert same == first                                                 # a confirming resync: no churn
-    wrote = sr.section(first, replace(f, wrote=True), now="T3")
+    wrote = sr.section(first, f, now="T3", wrote=True)
     assert wrote["lastSyncTime"] == "T3"
     other = sr.section(first, replace(f, count=2), now="T4")
     assert other["lastSyncTime"] == "T4" and other["namespaceCount"] == 2
     err = sr.section(other, None, now="T5")
     assert err == other                                                  # an error keeps what was known
+    wrote_list = kept(obs(["slurm"], {"ds-a"}))                          # a list wake that wrote
+    after = sr.report(sr.Results(wrote_list, RollState(), GrantState()), prev=None, now="T6")
+    assert after is not None and after.section["lastSyncTime"] == "T6"
+    later = sr.report(sr.Results(wrote_list, RollState(), GrantState()), prev=after.section, now="T7", after_list=False)
+    assert later is not None and later.section == after.section          # another loop's wake: that write is not new
 
 
 # ---------------------------------------------------------------- core.scope.template: decide_roll; restore_plan

@@ -63,19 +63,19 @@ def memory(ctx: Context, state: BindingState) -> ScopeMemory:
                           rolled_at if isinstance(rolled_at, str) else None)
         state.scope = ScopeMemory(
             Loop(listed, _runs(ctx, state, "scope list", lambda: list_loop.run(ctx, state, periodic=False),
-                               window=lambda: ctx.config.scope_window_seconds)),
+                               window=lambda: ctx.config.scope_window_seconds, after_list=True)),
             Loop(rolls, _runs(ctx, state, "scheduler roll", lambda: roll_loop.run(ctx, state))),
             Loop(GrantState(), _runs(ctx, state, "scope grants", lambda: grant_loop.run(ctx, state, periodic=False))))
     return state.scope
 
 
 def _runs(ctx: Context, state: BindingState, name: str, wake: Callable[[], Awaitable[None]],
-          window: Callable[[], float] = lambda: 0.0) -> Coalescer:
+          window: Callable[[], float] = lambda: 0.0, after_list: bool = False) -> Coalescer:
     async def signalled() -> None:
         if not ctx.bindings.is_current(state) or not state.active or state.discovery is None:
             return  # not reconciled yet (the first reconcile syncs), gone, or the younger of two bindings
         await wake()
-        part = None if state.deleted else facts.report(ctx, state)
+        part = None if state.deleted else facts.report(ctx, state, after_list)
         if part is not None:
             state.report(part)
             request_flush(ctx, state, before=placement.report)

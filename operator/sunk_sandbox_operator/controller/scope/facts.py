@@ -173,12 +173,13 @@ async def workloads(ctx: Context, namespace: str) -> tuple[tuple[dict, ...] | No
         return None, describe(exc)
 
 
-def report(ctx: Context, state: BindingState) -> Part | None:
-    """ScopeSynced and status.scope from the three loops' latest results (None: the list not looked at yet)."""
+def report(ctx: Context, state: BindingState, after_list: bool = True) -> Part | None:
+    """ScopeSynced and status.scope from the three loops' latest results (None: the list not looked at
+    yet); `after_list`: after the list loop's wake (or a resync), not another loop's."""
     mem = state.scope
     assert mem is not None
     r = rp.report(rp.Results(mem.list_loop.latest, mem.roll_loop.latest, mem.grant_loop.latest),
-                  prev=state.section("scope"), now=ctx.now_iso())
+                  prev=state.section("scope"), now=ctx.now_iso(), after_list=after_list)
     return None if r is None else Part(COND, r.status, r.reason, r.message, "scope", r.section)
 
 

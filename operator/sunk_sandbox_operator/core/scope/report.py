@@ -71,11 +71,11 @@ def first_problem(r: Results, chain: tuple[Check, ...] = CHAIN) -> Finding | Non
 
 
 def section(prev: dict[str, Any] | None, facts: ListFacts | None, *, now: str,
-            rolls: Mapping[str, str] | None = None) -> dict[str, Any]:
+            rolls: Mapping[str, str] | None = None, wrote: bool = False) -> dict[str, Any]:
     """status.scope: counts and the first few names, never every name (the full record of what we
-    added is the target's ledger). lastSyncTime moves when the list was written or what we report
-    changed, not at every confirming resync. Without facts (the list could not be kept), what was
-    last known is kept."""
+    added is the target's ledger). lastSyncTime moves when the list was written (`wrote`: this
+    report follows that write) or what we report changed, not at every confirming resync. Without
+    facts (the list could not be kept), what was last known is kept."""
     prev = prev or {}
     if facts is None:
         new: dict[str, Any] = {k: prev[k] for k in KEPT if k in prev}
@@ -90,16 +90,18 @@ def section(prev: dict[str, Any] | None, facts: ListFacts | None, *, now: str,
         new.update(rolls or {})
     new = ScopeStatus.model_validate(new).wire()  # the model is the shape of status.scope
     unchanged = {k: v for k, v in prev.items() if k != "lastSyncTime"} == new
-    if facts is not None and (facts.wrote or not unchanged or not prev.get("lastSyncTime")):
+    if facts is not None and (wrote or not unchanged or not prev.get("lastSyncTime")):
         new["lastSyncTime"] = now
     elif prev.get("lastSyncTime"):
         new["lastSyncTime"] = prev["lastSyncTime"]
     return new
 
 
-def report(r: Results, *, prev: dict[str, Any] | None, now: str) -> ScopeReport | None:
+def report(r: Results, *, prev: dict[str, Any] | None, now: str, after_list: bool = True) -> ScopeReport | None:
     """ScopeSynced after any loop's wake: the list's problem, the chain's first, else ClusterScope,
-    Pending or Synced (None: the list loop has not looked yet, nothing to say)."""
+    Pending or Synced (None: the list loop has not looked yet, nothing to say). `after_list`: the
+    list loop's wake (or a resync) reports, so a write it made moves lastSyncTime; the other loops'
+    wakes do not move it for that write again."""
     f, p = r.list.facts, r.list.problem
     if p is not None:
         return ScopeReport(p.status, p.reason, p.message, section(prev, None, now=now))
@@ -108,7 +110,7 @@ def report(r: Results, *, prev: dict[str, Any] | None, now: str) -> ScopeReport 
     if f.cluster:
         return ScopeReport("True", R.CLUSTER_SCOPE, f"the scheduler watches all namespaces (scope type cluster in "
                            f"{f.target}); nothing to write", section(prev, f, now=now))
-    sec = section(prev, f, now=now, rolls=r.roll.times())
+    sec = section(prev, f, now=now, rolls=r.roll.times(), wrote=after_list and f.wrote)
     extra = f" {r.roll.note}" if r.roll.note else ""
     problem = first_problem(r)
     if problem is not None:
