@@ -25,6 +25,7 @@ class EventReason(StrEnum):
     POLICY_UPDATED = "PolicyUpdated", "Normal", "the runner policy was written: the fields that changed"
     DRIFT_CORRECTED = "DriftCorrected", "Normal", "a field the binding owns was changed in the runner policy by someone else and put back"
     POLICY_RESTORED = "PolicyRestored", "Normal", "deletion with Restore: the owned fields were put back to their previous values"
+    POLICY_WRITES_STOPPED = "PolicyWritesStopped", "Warning", "another writer kept removing the binding's keys from the runner policy: the operator stopped writing it (once per stop; PolicySynced `PolicyManagedElsewhere` says what that owner must carry)"
     RUNNER_GONE = "RunnerGone", "Normal", "deletion with Restore: the runner no longer exists, nothing to restore in its policy"
     SCOPE_UPDATED = "ScopeUpdated", "Normal", "the watched-namespace list was written: the names added and removed"
     SCOPE_RESTORED = "ScopeRestored", "Normal", "the binding's names left a target (deletion with Restore, or a switch of target)"

@@ -96,6 +96,17 @@ class PolicySynced(_Reason):
     API_UNAVAILABLE = "APIUnavailable", "the API did not answer; retried with backoff"
     SCHEDULER_NAME_UNKNOWN = "SchedulerNameUnknown", "see SchedulerReady"
     INVALID_BINDING = "InvalidBinding", "the binding cannot produce a policy (e.g. a pinned key that is also a client key)"
+    MANAGED_ELSEWHERE = "PolicyManagedElsewhere", (
+        "another writer (a declarative owner such as Terraform's `coreweave_sandbox_managed_runner`) removed or "
+        "changed the binding's keys more than `SSB_POLICY_CONTENTION_CORRECTIONS` times (default 3) within "
+        "`SSB_POLICY_CONTENTION_WINDOW` (default 24h), so the operator stopped writing the policy; the message names "
+        "what it removed and the fragment that owner must carry: add it there (writing resumes by itself once the "
+        "policy holds it: nothing is left to write), or leave the policy to the operator (Terraform: "
+        "`lifecycle { ignore_changes = [policy] }`) and set `sunksandbox.dev/reconcile-requested-at` to resume")
+    KEYS_MISSING = "PolicyKeysMissing", (
+        "`spec.policy.management: Observe`: the runner policy lacks the binding's keys (or holds other values); the "
+        "message lists them and the fragment to add. Nothing is written: add it through the policy's owner (e.g. "
+        "Terraform), or set `management: Enforce`")
     RECORD_FAILED = "RecordFailed", (
         "the ownership record (ConfigMap `ssb-policy-…` in the operator's namespace) could not be written, so "
         "nothing was written to the policy: check the operator's Role there (manifests/rbac-operator.yaml); "

@@ -46,6 +46,18 @@ class OwnedPath(_Status):
     previous: Optional[str] = Field(default=None, description="Value before the operator set it; absent if the key did not exist.")
 
 
+class PolicyContention(_Status):
+    """Another writer removing the binding's keys from the runner policy (e.g. Terraform applying its own)."""
+
+    corrections: list[str] = Field(default_factory=list, description="When the operator put back keys another "
+                                   "writer had removed (RFC 3339), the latest within the window.")
+    removed: list[str] = Field(default_factory=list, description="What the other writer last removed or changed.")
+    stopped_time: Optional[str] = Field(default=None, description="When the operator stopped writing the policy "
+                                        "(PolicyManagedElsewhere); unset while it writes.")
+    stopped_request: Optional[str] = Field(default=None, description="The reconcile-requested-at annotation's value "
+                                           "when it stopped: a new value resumes writing.")
+
+
 class PolicyStatus(_Status):
     """The runner policy as last seen and written."""
 
@@ -54,6 +66,8 @@ class PolicyStatus(_Status):
     last_checked_time: Optional[str] = Field(default=None, description="When the policy was last read and compared.")
     owned: list[OwnedPath] = Field(default_factory=list, description="Paths the operator owns.")
     warnings: list[str] = Field(default_factory=list, description="Non-fatal findings about the policy.")
+    contention: Optional[PolicyContention] = Field(default=None, description="Another writer removing the binding's "
+                                                   "keys: the corrections made, and whether the operator stopped.")
 
 
 class ScopeTargetRef(_Status):

@@ -6,7 +6,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..core import resync, selectors
+from ..core import policy_contention, resync, selectors
+from ..core.scheduler_conf import parse_go_duration
 from ..core.tenancy import DEFAULT_API_URLS, DEFAULT_GRANT_ROLES, TenancyPolicy, check_allowed_urls, parse_reach
 
 
@@ -34,6 +35,11 @@ class Config:
     min_resync_seconds: float = resync.DEFAULT_MINIMUM_SECONDS
     # Stale-etag retries of one policy write before ConflictRetriesExhausted.
     policy_conflict_retries: int = 5
+    # Another writer removing the binding's keys from the runner policy (Terraform applying its own):
+    # this many are put back within the window, the next one stops the writes (PolicyManagedElsewhere).
+    # A window of 0 never stops.
+    policy_contention_corrections: int = policy_contention.DEFAULT_CORRECTIONS
+    policy_contention_window_seconds: float = policy_contention.DEFAULT_WINDOW_SECONDS
     # Lost resourceVersion races of one scope write before ScopeSynced=False Conflict.
     scope_conflict_retries: int = 5
     metrics_port: int = 0
@@ -94,6 +100,20 @@ class Config:
                              allowed_slurm_urls=self.allowed_slurm_urls, grants=self.allowed_grants)
 
 
+def _window(name: str, default: float) -> float:
+    """A duration setting (24h, 30m) or plain seconds, never negative; a bad one names itself."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        seconds = float(text) if text.replace(".", "", 1).isdigit() else parse_go_duration(text)
+    except ValueError:
+        raise ValueError(f"{name}: {text!r} is not a duration (e.g. 24h, 30m) or a number of seconds") from None
+    if seconds < 0:
+        raise ValueError(f"{name}: {text!r} is negative")
+    return seconds
+
+
 def _bool(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
@@ -109,6 +129,10 @@ def load() -> Config:
         min_resync_seconds=resync.parse_setting(os.environ.get("SSB_MIN_RESYNC_INTERVAL") or "30s"),
         policy_conflict_retries=int(_float("SSB_POLICY_CONFLICT_RETRIES", 5)),
         scope_conflict_retries=int(_float("SSB_SCOPE_CONFLICT_RETRIES", 5)),
+        policy_contention_corrections=int(_float("SSB_POLICY_CONTENTION_CORRECTIONS",
+                                                 policy_contention.DEFAULT_CORRECTIONS)),
+        policy_contention_window_seconds=_window("SSB_POLICY_CONTENTION_WINDOW",
+                                                 policy_contention.DEFAULT_WINDOW_SECONDS),
         metrics_port=int(_float("SSB_METRICS_PORT", 0)),
         metrics_address=os.environ.get("SSB_METRICS_ADDRESS") or "0.0.0.0",
         list_page_size=int(_float("SSB_LIST_PAGE_SIZE", 500)),
