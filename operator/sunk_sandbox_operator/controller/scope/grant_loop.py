@@ -51,7 +51,7 @@ async def _observe(ctx: Context, state: BindingState, mem: ScopeMemory, periodic
     where = facts.where(ctx, state, facts.belonging(ctx, state, mem, full=False))
     r = reads(s, mem.grant_loop.latest, periodic)
     found, forbidden = await facts.our_grants(ctx, state) if r.rolebindings else (None, None)
-    covers = await _role_covers(ctx, s.role) if r.role else False  # one read: what our RoleBinding covers needs no review
+    covers = await _role_covers(ctx, s.role) if r.role else False  # where our RoleBinding covers, no review
     return GrantObservation(s, listed, where, found, forbidden, covers, periodic, ctx.monotonic())
 
 

@@ -122,8 +122,9 @@ def decide(obs: RollObservation, mem: RollState) -> RollStep:
         return RollStep(replace(quiet, problem=cannot_list_workloads(s.namespace, obs.workloads_forbidden or
                                                                       "they were not listed")))
     m = _last_rolled(obs, quiet)
-    check = decide_roll(obs.workloads, s.pod_selector, s.namespace, obs.values, wrote=not obs.leaving and obs.generation > 0,
-                        hash_annotation=SCOPE_HASH_ANNOTATION, generation=None if obs.leaving else obs.generation,
+    check = decide_roll(obs.workloads, s.pod_selector, s.namespace, obs.values,
+                        wrote=not obs.leaving and obs.generation > 0, hash_annotation=SCOPE_HASH_ANNOTATION,
+                        generation=None if obs.leaving else obs.generation,
                         generation_annotation=SCOPE_GENERATION_ANNOTATION)
     if check.workload is None or check.hash is None:  # on the list already, or nothing runs the scheduler
         return RollStep(replace(m, note=check.note))
