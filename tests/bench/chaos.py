@@ -87,7 +87,7 @@ def listed(kube: Kube) -> list[str]:
 
 def ledger_entry(kube: Kube):
     from sunk_sandbox_operator.api.keys import SCOPE_LEDGER_ANNOTATION
-    from sunk_sandbox_operator.core import ledger
+    from sunk_sandbox_operator.core.scope import ledger
 
     annotations = kube.core.read_namespaced_config_map(CM, SLURM_NS).metadata.annotations or {}
     return ledger.decode(annotations.get(SCOPE_LEDGER_ANNOTATION)).get(REF)
@@ -109,7 +109,7 @@ def live_namespaces(kube: Kube) -> set[str]:
 
 
 def rolebindings(kube: Kube) -> set[str]:
-    from sunk_sandbox_operator.core.grants import selector
+    from sunk_sandbox_operator.core.scope.grants import selector
 
     return {rb.metadata.namespace for rb in
             kube.rbac.list_role_binding_for_all_namespaces(label_selector=selector(SLURM_NS, BINDING)).items}
@@ -117,7 +117,7 @@ def rolebindings(kube: Kube) -> set[str]:
 
 def record_configmaps(kube: Kube) -> list[str]:
     from sunk_sandbox_operator.adapters.ownership import name_for
-    from sunk_sandbox_operator.core.grants import selector
+    from sunk_sandbox_operator.core.scope.grants import selector
 
     found = {cm.metadata.name for cm in kube.core.list_namespaced_config_map(
         OPERATOR_NS, label_selector=selector(SLURM_NS, BINDING)).items}

@@ -502,7 +502,7 @@ def scheduler_rolls(kube: Kube) -> tuple[int, bool]:
     import yaml
 
     from sunk_sandbox_operator.api.keys import SCOPE_HASH_ANNOTATION
-    from sunk_sandbox_operator.core.scope import scope_hash
+    from sunk_sandbox_operator.core.scope.template import scope_hash
 
     dep = kube.apps.read_namespaced_deployment(SCHEDULER_DEPLOYMENT, SLURM_NS)
     doc = yaml.safe_load(kube.core.read_namespaced_config_map(CM, SLURM_NS).data[KEY])

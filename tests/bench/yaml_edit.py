@@ -19,7 +19,7 @@ import sys
 import time
 from typing import Any, Callable
 
-from sunk_sandbox_operator.core.scope_doc import read_list, write_list
+from sunk_sandbox_operator.core.scope.doc import read_list, write_list
 from tests.unit import yaml_corpus as corpus
 
 

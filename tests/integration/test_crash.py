@@ -66,7 +66,7 @@ PRE_POLICY = {
 }
 
 FAILPOINTS = ["after-policy-intent", "after-policy-write", "after-scope-write", "after-rolebinding-create",
-              "before-status-flush"]
+              "after-scheduler-roll", "before-status-flush"]
 
 
 def wired(name: str) -> bool:
@@ -138,7 +138,7 @@ def listed(kube: Kube, ns: str) -> list[str]:
 
 def ledger_entry(kube: Kube, ns: str):
     from sunk_sandbox_operator.api.keys import SCOPE_LEDGER_ANNOTATION
-    from sunk_sandbox_operator.core import ledger
+    from sunk_sandbox_operator.core.scope import ledger
 
     annotations = kube.core.read_namespaced_config_map(CM, ns).metadata.annotations or {}
     return ledger.decode(annotations.get(SCOPE_LEDGER_ANNOTATION)).get(f"{ns}/{BINDING}")
@@ -161,7 +161,7 @@ def record(kube: Kube, ns: str):
 def record_configmaps(kube: Kube, ns: str) -> list[str]:
     """`ssb-policy-…` ConfigMaps for this binding: by label, and by name."""
     from sunk_sandbox_operator.adapters.ownership import name_for
-    from sunk_sandbox_operator.core.grants import selector
+    from sunk_sandbox_operator.core.scope.grants import selector
 
     names = {cm.metadata.name for cm in kube.core.list_namespaced_config_map(OPERATOR_NS, label_selector=selector(
         ns, BINDING)).items}
@@ -173,7 +173,7 @@ def record_configmaps(kube: Kube, ns: str) -> list[str]:
 
 def rolebindings(kube: Kube, ns: str) -> set[str]:
     """Namespaces holding a RoleBinding labelled for the binding."""
-    from sunk_sandbox_operator.core.grants import selector
+    from sunk_sandbox_operator.core.scope.grants import selector
 
     return {rb.metadata.namespace for rb in kube.rbac.list_role_binding_for_all_namespaces(
         label_selector=selector(ns, BINDING)).items}
@@ -392,6 +392,12 @@ def crash_state_facts(s: Scenario, name: str) -> None:
     elif name == "after-scope-write":
         entry = ledger_entry(s.kube, s.ns)
         assert entry is not None and set(entry.added) <= set(listed(s.kube, s.ns))
+    elif name == "after-scheduler-roll":  # the roll loop patched the template: its hash and when, nothing after
+        from sunk_sandbox_operator.api.keys import SCOPE_HASH_ANNOTATION, SCOPE_ROLLED_AT_ANNOTATION
+
+        template = s.kube.apps.read_namespaced_deployment("slurm-scheduler", s.ns).spec.template.metadata
+        assert {SCOPE_HASH_ANNOTATION, SCOPE_ROLLED_AT_ANNOTATION} <= set(template.annotations or {})
+        assert ledger_entry(s.kube, s.ns) is not None  # rolled onto a list the operator wrote
 
 
 # ---------------------------------------------------------------- tests

@@ -18,7 +18,7 @@ import pytest
 import yaml
 from kubernetes.client.rest import ApiException
 
-from sunk_sandbox_operator.core.scope import scope_hash
+from sunk_sandbox_operator.core.scope.template import scope_hash
 from tests.conftest import assert_stays, wait_for
 from tests.integration.attacks import alias_bomb
 from tests.integration.conftest import (binding_spec, create_token_secret, grant_secret_read, make_scheduler,
@@ -103,7 +103,7 @@ def status_scope(kube, ns: str, name: str = "b") -> dict:
 def ledger_entry(kube, ns: str, name: str = "b"):
     """This binding's entry in the scope ledger the ConfigMap carries (None when absent)."""
     from sunk_sandbox_operator.api.keys import SCOPE_LEDGER_ANNOTATION
-    from sunk_sandbox_operator.core import ledger
+    from sunk_sandbox_operator.core.scope import ledger
 
     annotations = kube.core.read_namespaced_config_map(CM, ns).metadata.annotations or {}
     return ledger.decode(annotations.get(SCOPE_LEDGER_ANNOTATION)).get(f"{ns}/{name}")
@@ -348,7 +348,7 @@ def test_argocd_application_target(argocd_crd, operator, emulator, slurm_ns):
     assert obj["spec"]["source"]["chart"] == "slurm"
     cond = kube.wait_condition(slurm_ns, "b", "ScopeSynced", "True", "Synced")
     assert f"Application {slurm_ns}/slurm" in cond["message"]
-    from sunk_sandbox_operator.core import ledger  # the Application carries the ledger, patched with the list
+    from sunk_sandbox_operator.core.scope import ledger  # the Application carries the ledger, patched with the list
     entry = ledger.decode(obj["metadata"]["annotations"]["sunksandbox.dev/scope-ledger"]).get(f"{slurm_ns}/b")
     assert set(entry.added) == {f"{p}-a", f"{p}-b"} and entry.preexisting == ("admin-x",)
     # The ConfigMap is not the target: untouched.

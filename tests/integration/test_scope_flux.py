@@ -13,7 +13,7 @@ import yaml
 from kubernetes.client.rest import ApiException
 
 from sunk_sandbox_operator.api.keys import SCOPE_HASH_ANNOTATION, SCOPE_LEDGER_ANNOTATION
-from sunk_sandbox_operator.core import ledger
+from sunk_sandbox_operator.core.scope import ledger
 from tests.conftest import wait_for
 from tests.integration.conftest import binding_spec, create_token_secret, grant_secret_read, make_scheduler
 from tests.integration.test_scope import CM as SCHEDULER_CM

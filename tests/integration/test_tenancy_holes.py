@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from sunk_sandbox_operator.api.keys import BINDING_UID_LABEL, SCOPE_LEDGER_ANNOTATION
-from sunk_sandbox_operator.core import ledger
+from sunk_sandbox_operator.core.scope import ledger
 from tests.conftest import OPERATOR_NS, SECRET_VALUES, assert_stays, wait_for
 from tests.integration.conftest import (binding_spec, calls, create_token_secret, grant_operator, make_scheduler,
                                         new_runner)

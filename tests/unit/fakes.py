@@ -517,6 +517,11 @@ def discovery(namespace: str = "slurm", name: str = "slurm-scheduler", configmap
                      configmap_name=configmap, service_account=service_account, kill_wait_seconds=kill_wait)
 
 
+def coalescers(state: BindingState) -> list:
+    """The binding's status flusher and its three scope loops' coalescers (None: not made yet)."""
+    return [state.flusher, *(loop.runs for loop in state.scope.loops)] if state.scope else [state.flusher]
+
+
 # The harness' operator lets every binding grant anywhere (as tests/conftest.py's TEST_ENV does): the
 # grant bound itself is tested with `allowed_grants` set otherwise (test_tenancy_holes.py).
 HARNESS_SETTINGS: dict[str, Any] = {"allowed_grants": {"*": ("*",)}}
@@ -572,7 +577,7 @@ class Harness:
 
     def busy(self) -> list:
         """The scope syncs and status flushes with something pending or in flight."""
-        return [c for state in self.ctx.bindings for c in (state.flusher, state.scope.syncer if state.scope else None)
+        return [c for state in self.ctx.bindings for c in coalescers(state)
                 if c is not None and c.task is not None and not c.task.done()]
 
     async def run_until_idle(self, horizon: float = 600.0) -> None:
@@ -608,7 +613,7 @@ class Harness:
 
         for state in list(self.ctx.bindings):
             reconcile.forget(self.ctx, state)
-            for c in (state.flusher, state.scope.syncer if state.scope else None):
+            for c in coalescers(state):
                 if c is not None:
                     await c.wait_idle()
 

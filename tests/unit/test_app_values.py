@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from sunk_sandbox_operator.core import app_values as av
-from sunk_sandbox_operator.core.scope_doc import ListRead
+from sunk_sandbox_operator.core.scope import app_values as av
+from sunk_sandbox_operator.core.scope.doc import ListRead
 
 PATH = "scheduler.scope.namespaces"
 VALUES = """# the admin's values

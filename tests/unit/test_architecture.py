@@ -60,7 +60,7 @@ def test_one_shape_of_domain_error():
 
 def test_adapters_raise_transport_errors_only():
     """An adapter says what failed (adapters.kube's typed errors; targets.TargetFailed carrying the
-    facts) and the concern's catch point classifies it (core.scope_errors.classify): no adapter
+    facts) and the concern's catch point classifies it (core.scope.errors.classify): no adapter
     makes a Problem."""
     offenders = [str(p.relative_to(ROOT)) for p in (PACKAGE / "adapters").rglob("*.py") if "Problem(" in p.read_text()]
     assert not offenders, offenders

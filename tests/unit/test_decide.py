@@ -1,16 +1,27 @@
-"""The pure decide functions the controller calls: core.policy_decide, core.scope (decide_list, report,
-section, decide_roll, restore_plan) and core.grants (plan_grants, names)."""
+"""The pure decide functions the controller calls: core.policy_decide, core.scope.plan (decide_list,
+restore_plan), core.scope.report (report, section), core.scope.template (decide_roll) and
+core.scope.grants (plan_grants, names)."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 
 from sunk_sandbox_operator.api.keys import BINDING_LABEL, BINDING_UID_LABEL, MANAGED_BY_LABEL
 from sunk_sandbox_operator.api.spec import LabelSelector, parse_spec
 from sunk_sandbox_operator.api.status import OwnedPath
-from sunk_sandbox_operator.core import grants as g
+from sunk_sandbox_operator.core.scope import grants as g
 from sunk_sandbox_operator.core import policy_decide as pd
-from sunk_sandbox_operator.core import scope as sc
+from sunk_sandbox_operator.core.scope import plan as sc
+from sunk_sandbox_operator.core.scope import report as sr
+from sunk_sandbox_operator.core.scope import list_loop
+from sunk_sandbox_operator.core.scope import template as st
+from sunk_sandbox_operator.core.scope.errors import Finding
+from sunk_sandbox_operator.core.scope.grant_loop import GrantState
+from sunk_sandbox_operator.core.scope.list_loop import ListState
+from sunk_sandbox_operator.core.scope.roll_loop import RollState
+from sunk_sandbox_operator.core.scope.target_ref import TargetRef
 
 HASH = "sunksandbox.dev/scope-hash"
 PARTITION = 'base.metadata.annotations["sunk.coreweave.com/partition"]'
@@ -109,7 +120,10 @@ def test_policy_section_merges_into_the_previous_one_through_the_model() -> None
         pd.section({}, {"owned": [{"path": "x"}]})                                       # the model validates
 
 
-# ---------------------------------------------------------------- core.scope: decide_list
+# ---------------------------------------------------------------- core.scope.plan: decide_list
+
+
+REF = TargetRef("SchedulerConfigMap", "slurm", "cm", "scheduler.scope.namespaces", "scheduler.conf")
 
 
 def obs(values, sandbox=(), *, always=(), pre=None, added=(), observe=False, scope_type="namespace", error=None):
@@ -149,47 +163,59 @@ def test_decide_list_cluster_scope_and_errors() -> None:
     assert e.write is None and e.error == "ConfigMap slurm/cm: not a list; it was left untouched: fix it by hand"
 
 
-# ---------------------------------------------------------------- core.scope: report and section
+# ---------------------------------------------------------------- core.scope.report: report and section
+
+
+def kept(o: sc.ScopeObservation) -> ListState:
+    """What the list loop keeps after deciding over `o` (its first wake)."""
+    return list_loop.decide(list_loop.ListObservation(o, REF, "slurm/b"), ListState()).memory
 
 
 def test_report_synced_pending_problem_cluster_and_invalid() -> None:
     o = obs(["slurm"], {"ds-a"})
-    d = sc.decide_list(o)
-    r = sc.report(o, d, prev=None, now="T", wrote=True, notes=["note."])
+    r = sr.report(sr.Results(kept(o), RollState(note="note."), GrantState()), prev=None, now="T")
     assert (r.status, r.reason) == ("True", "Synced") and r.message.endswith("every sandbox namespace included. note.")
     assert r.section == {"type": "namespace", "namespaceCount": 2, "missing": [], "missingCount": 0, "addedCount": 1,
                          "lastSyncTime": "T"}
-    p = sc.report(o, d, prev=None, now="T", wrote=True, problem=("Forbidden", "no RBAC."))
+    p = sr.report(sr.Results(kept(o), RollState(), GrantState(problem=Finding("Forbidden", "no RBAC."))), prev=None,
+                  now="T")
     assert (p.status, p.reason, p.message) == ("False", "Forbidden", "no RBAC.")
     many = obs(["slurm"], {f"ds-{i}" for i in range(7)}, observe=True)
-    pending = sc.report(many, sc.decide_list(many), prev=None, now="T", wrote=False)
+    pending = sr.report(sr.Results(kept(many), RollState(), GrantState()), prev=None, now="T")
     assert (pending.status, pending.reason) == ("False", "Pending")
     assert "7 sandbox namespace(s) missing" in pending.message and "Observe mode" in pending.message
     assert pending.message.rstrip(".").endswith("…")
     assert pending.section["missing"] == [f"ds-{i}" for i in range(5)] and pending.section["missingCount"] == 7
     c = obs(None, scope_type="cluster")
-    assert sc.report(c, sc.decide_list(c), prev=None, now="T", wrote=False).reason == "ClusterScope"
-    bad = obs(None, error="broken")
-    invalid = sc.report(bad, sc.decide_list(bad), prev={"namespaceCount": 3, "lastSyncTime": "T0"}, now="T", wrote=False)
+    assert sr.report(sr.Results(kept(c), RollState(), GrantState()), prev=None, now="T").reason == "ClusterScope"
+    bad = kept(obs(None, error="broken"))
+    invalid = sr.report(sr.Results(bad, RollState(), GrantState()), prev={"namespaceCount": 3, "lastSyncTime": "T0"},
+                        now="T")
     assert (invalid.status, invalid.reason) == ("False", "InvalidConfig")
     assert invalid.section["namespaceCount"] == 3 and invalid.section["lastSyncTime"] == "T0"
+    assert sr.report(sr.Results(ListState(), RollState(), GrantState()), prev=None, now="T") is None  # not looked yet
 
 
 def test_section_moves_last_sync_time_only_when_something_changed() -> None:
-    d = sc.ListDecision(final=["a"], added=["a"], preexisting=[])
-    first = sc.section(None, d, now="T1", scope_type="namespace", count=1, missing=[], missing_count=0)
+    f = list_loop.ListFacts("ConfigMap slurm/cm", None, "namespace", False, count=1, added_count=1)
+    first = sr.section(None, f, now="T1")
     assert first["lastSyncTime"] == "T1"
-    same = sc.section(first, d, now="T2", scope_type="namespace", count=1, missing=[], missing_count=0)
+    same = sr.section(first, f, now="T2")
     assert same == first                                                 # a confirming resync: no churn
-    wrote = sc.section(first, d, now="T3", scope_type="namespace", count=1, missing=[], missing_count=0, wrote=True)
+    wrote = sr.section(first, f, now="T3", wrote=True)
     assert wrote["lastSyncTime"] == "T3"
-    other = sc.section(first, d, now="T4", scope_type="namespace", count=2, missing=[], missing_count=0)
+    other = sr.section(first, replace(f, count=2), now="T4")
     assert other["lastSyncTime"] == "T4" and other["namespaceCount"] == 2
-    err = sc.section(other, None, now="T5", error=True)
+    err = sr.section(other, None, now="T5")
     assert err == other                                                  # an error keeps what was known
+    wrote_list = kept(obs(["slurm"], {"ds-a"}))                          # a list wake that wrote
+    after = sr.report(sr.Results(wrote_list, RollState(), GrantState()), prev=None, now="T6")
+    assert after is not None and after.section["lastSyncTime"] == "T6"
+    later = sr.report(sr.Results(wrote_list, RollState(), GrantState()), prev=after.section, now="T7", after_list=False)
+    assert later is not None and later.section == after.section          # another loop's wake: that write is not new
 
 
-# ---------------------------------------------------------------- core.scope: decide_roll, restore_plan
+# ---------------------------------------------------------------- core.scope.template: decide_roll; restore_plan
 
 
 SELECTOR = LabelSelector(match_labels={"app": "sched"})
@@ -202,17 +228,17 @@ def dep(name: str, labels: dict, hash_value: str | None = None) -> dict:
 
 def test_decide_roll() -> None:
     values = ["a", "b"]
-    want = sc.scope_hash(values)
-    none = sc.decide_roll([dep("x", {"app": "other"})], SELECTOR, "slurm", values, wrote=True, hash_annotation=HASH)
+    want = st.scope_hash(values)
+    none = st.decide_roll([dep("x", {"app": "other"})], SELECTOR, "slurm", values, wrote=True, hash_annotation=HASH)
     assert none.workload is None and "No Deployment or StatefulSet in slurm" in none.note
-    roll = sc.decide_roll([dep("z", {"app": "sched"}), dep("y", {"app": "sched"})], SELECTOR, "slurm", values,
+    roll = st.decide_roll([dep("z", {"app": "sched"}), dep("y", {"app": "sched"})], SELECTOR, "slurm", values,
                           wrote=True, hash_annotation=HASH)
     assert (roll.workload, roll.hash, roll.note) == ("y", want, None)    # the first by name
-    assert sc.decide_roll([dep("y", {"app": "sched"}, want)], SELECTOR, "slurm", values, wrote=True,
-                          hash_annotation=HASH) == sc.RollDecision()        # already rolled onto this list
-    assert sc.decide_roll([dep("y", {"app": "sched"})], SELECTOR, "slurm", values, wrote=False,
-                          hash_annotation=HASH) == sc.RollDecision()        # never rolled, nothing written: alone
-    stale = sc.decide_roll([dep("y", {"app": "sched"}, "old")], SELECTOR, "slurm", values, wrote=False,
+    assert st.decide_roll([dep("y", {"app": "sched"}, want)], SELECTOR, "slurm", values, wrote=True,
+                          hash_annotation=HASH) == st.RollDecision()        # already rolled onto this list
+    assert st.decide_roll([dep("y", {"app": "sched"})], SELECTOR, "slurm", values, wrote=False,
+                          hash_annotation=HASH) == st.RollDecision()        # never rolled, nothing written: alone
+    stale = st.decide_roll([dep("y", {"app": "sched"}, "old")], SELECTOR, "slurm", values, wrote=False,
                            hash_annotation=HASH)
     assert (stale.workload, stale.hash) == ("y", want)                    # our hash, reverted: corrected
 
@@ -231,7 +257,7 @@ def test_change_message_names_a_few() -> None:
     assert msg.startswith("T: added ds-00, ") and "(+2 more)" in msg and msg.endswith("; removed old")
 
 
-# ---------------------------------------------------------------- core.grants
+# ---------------------------------------------------------------- core.scope.grants
 
 
 def test_binding_label_and_rolebinding_name_fit() -> None:

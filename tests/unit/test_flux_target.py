@@ -9,15 +9,15 @@ import asyncio
 import pytest
 import yaml
 
-from sunk_sandbox_operator.core.scope_errors import classify
+from sunk_sandbox_operator.core.scope.errors import classify
 from sunk_sandbox_operator.adapters import kube as k
 from sunk_sandbox_operator.adapters import targets
 from sunk_sandbox_operator.api.keys import BINDING_LABEL, FLUX_WATCH_LABEL, MANAGED_BY_LABEL, SCOPE_LEDGER_ANNOTATION
 from sunk_sandbox_operator.api.spec import parse_spec
 from sunk_sandbox_operator.controller import depends, reconcile, scope
 from sunk_sandbox_operator.controller.depends import Watched
-from sunk_sandbox_operator.core import ledger as lg
-from sunk_sandbox_operator.core.scope_doc import ListRead, read_list
+from sunk_sandbox_operator.core.scope import ledger as lg
+from sunk_sandbox_operator.core.scope.doc import ListRead, read_list
 
 from tests.unit.fakes import FakeKube, binding_body, harness_fixture, namespace  # noqa: F401 (fixture)
 
@@ -128,7 +128,7 @@ async def test_the_document_is_parsed_once_per_resource_version() -> None:
 
 
 async def test_the_next_write_of_our_own_text_neither_parses_nor_composes(monkeypatch) -> None:
-    from sunk_sandbox_operator.core import scope_doc
+    from sunk_sandbox_operator.core.scope import doc as scope_doc
     kube = FakeKube()
     helmrelease(kube)
     memo = targets.ParseMemo()

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sunk_sandbox_operator.core import ledger as lg
+from sunk_sandbox_operator.core.scope import ledger as lg
 
 names = st.lists(st.from_regex(r"[a-z][a-z0-9-]{0,20}", fullmatch=True), max_size=30, unique=True)
 
@@ -64,7 +64,7 @@ def test_a_compressed_ledger_that_inflates_past_the_bound_is_unreadable_not_expa
     import base64
     import zlib
 
-    from sunk_sandbox_operator.core import ledger as lg
+    from sunk_sandbox_operator.core.scope import ledger as lg
 
     bomb = "zlib:" + base64.b64encode(zlib.compress(b"[" + b" " * (64 * 1024 * 1024), 9)).decode()
     assert len(bomb) < 100_000

@@ -10,9 +10,9 @@ from sunk_sandbox_operator.api.keys import SCOPE_GENERATION_ANNOTATION, SCOPE_HA
 from sunk_sandbox_operator.api.spec import LabelSelector, parse_spec
 from sunk_sandbox_operator.controller import depends, lifecycle, scope
 from sunk_sandbox_operator.controller.depends import Watched
-from sunk_sandbox_operator.core import managers
-from sunk_sandbox_operator.core import scope as sc
-from sunk_sandbox_operator.core.target_ref import locate
+from sunk_sandbox_operator.core.scope import managers
+from sunk_sandbox_operator.core.scope import template as sc
+from sunk_sandbox_operator.core.scope.target_ref import locate
 
 from tests.unit.fakes import binding_body, discovery, harness_fixture  # noqa: F401 (fixture)
 from tests.unit.test_scope_controller import listed, scope_hash_of, world

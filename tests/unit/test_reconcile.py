@@ -13,7 +13,7 @@ import pytest
 from sunk_sandbox_operator.adapters.runnerapi import errors as rerr
 from sunk_sandbox_operator.controller import lifecycle, reconcile
 from sunk_sandbox_operator.controller.retry import FAILURE_BACKOFF
-from sunk_sandbox_operator.core.scope_doc import read_list
+from sunk_sandbox_operator.core.scope.doc import read_list
 
 from tests.unit.fakes import FakeRunner, binding_body, harness_fixture, install_runner, namespace, settle  # noqa: F401
 
@@ -215,7 +215,7 @@ async def test_binding_deleted_after_a_clean_restore_forgets_the_binding(harness
     state, runner = new_binding(h)
     await reconcile.reconcile(h.ctx, state)
     assert await lifecycle.binding_deleted(h.ctx, h.kube.get("bindings", NS, "b"), 0) is None
-    assert h.ctx.bindings.get((NS, "b")) is None and state.scope.syncer.cancelled
+    assert h.ctx.bindings.get((NS, "b")) is None and all(loop.runs.cancelled for loop in state.scope.loops)
 
 
 # ---------------------------------------------------------------- the per-binding loop

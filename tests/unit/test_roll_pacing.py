@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from sunk_sandbox_operator.api.keys import SCOPE_ROLLED_AT_ANNOTATION
 from sunk_sandbox_operator.controller import scope, watch
-from sunk_sandbox_operator.core import roll_pacing as pacing
-from sunk_sandbox_operator.core.scope import scope_hash
+from sunk_sandbox_operator.core.scope import pacing
+from sunk_sandbox_operator.core.scope.template import scope_hash
 
 from tests.unit.fakes import Harness, harness_fixture, namespace  # noqa: F401
 from tests.unit.test_scope_controller import listed, scope_hash_of, world
@@ -103,11 +103,12 @@ async def test_a_trickle_of_namespaces_rolls_the_scheduler_at_most_once_per_inte
     watch.on_namespace(h.ctx, "ADDED", namespace("ds-late"))  # just after that roll: folded into the next
     await h.run_until_idle(horizon=2.0)
     state.report(await scope.sync(h.ctx, state))            # (a resync: no roll either)
-    assert h.kube.count("merge_patch_deployment") == 2 and state.scope.roll_due
-    assert state.section("scope")["nextRollTime"] == state.scope.next_roll_at
+    rolls = state.scope.roll_loop
+    assert h.kube.count("merge_patch_deployment") == 2 and rolls.latest.due is not None  # one folded roll due
+    assert state.section("scope")["nextRollTime"] == rolls.latest.next_roll_at
     await h.clock.advance(30.0)
     await h.run_until_idle()
-    assert h.kube.count("merge_patch_deployment") == 3 and not state.scope.roll_due
+    assert h.kube.count("merge_patch_deployment") == 3 and rolls.latest.due is None
     assert scope_hash_of(h) == scope_hash(listed(h))        # the running scheduler has the whole list
 
 
@@ -120,7 +121,7 @@ async def test_a_roll_records_its_time_on_the_template_so_a_successor_whose_stat
     state = world(h)
     state.report(await scope.sync(h.ctx, state))                  # ds-known: the first roll, at once
     template = h.kube.get("deployments", "slurm", "slurm-scheduler")["spec"]["template"]["metadata"]
-    assert template["annotations"][SCOPE_ROLLED_AT_ANNOTATION] == state.scope.last_roll_at == h.clock.iso()
+    assert template["annotations"][SCOPE_ROLLED_AT_ANNOTATION] == state.scope.roll_loop.latest.last_roll_at == h.clock.iso()
     stored = h.kube.store["bindings"][("slurm", "b")]
     assert "lastRollTime" not in (stored.get("status") or {}).get("scope", {})  # the process dies here
     successor = Harness(kube=h.kube)
@@ -133,22 +134,9 @@ async def test_a_roll_records_its_time_on_the_template_so_a_successor_whose_stat
         watch.on_namespace(successor.ctx, "ADDED", successor.kube.add("namespaces", namespace("ds-new")))
         await successor.run_until_idle(horizon=2.0)
         assert "ds-new" in listed(successor) and h.kube.count("merge_patch_deployment") == 1  # folded
-        assert again.scope.next_roll_at == pacing.after(h.clock.iso(), 31.0)    # the end of its second + 30 s
+        assert again.scope.roll_loop.latest.next_roll_at == pacing.after(h.clock.iso(), 31.0)    # the end of its second + 30 s
         await successor.clock.advance(30.0)
         await successor.run_until_idle()
         assert h.kube.count("merge_patch_deployment") == 2 and scope_hash_of(successor) == scope_hash(listed(h))
     finally:
         await successor.close()
-
-
-def test_when_to_roll_is_the_one_answer() -> None:
-    base = dict(can_roll=True, restart=True, observe=False, roll_due=True, periodic=False, burst_goes_on=False,
-                last_roll=None, now=100.0, interval=30.0)
-    assert pacing.when_to_roll(**base) == pacing.RollStep(now=True)                     # first change: at once
-    assert pacing.when_to_roll(**{**base, "last_roll": 90.0}) == pacing.RollStep(wait=20.0)  # folded
-    for never in ({"observe": True}, {"can_roll": False}, {"restart": False}, {"burst_goes_on": True},
-                  {"roll_due": False}):
-        assert pacing.when_to_roll(**{**base, **never}) == pacing.RollStep(), never
-    # A resync with nothing due checks the template at once (level-triggered), rationing aside.
-    assert pacing.when_to_roll(**{**base, "roll_due": False, "periodic": True, "last_roll": 99.0}) == \
-        pacing.RollStep(now=True)

@@ -11,11 +11,12 @@ from sunk_sandbox_operator.adapters import kube as k
 from sunk_sandbox_operator.adapters import targets
 from sunk_sandbox_operator.controller import depends, scope, watch
 from sunk_sandbox_operator.controller.depends import Watched
-from sunk_sandbox_operator.core.ledger import Ledger
+from sunk_sandbox_operator.core.scope.ledger import Ledger
+from sunk_sandbox_operator.core.scope.template import scope_hash
 
 from tests.unit.fakes import FakeKube, binding_body, harness_fixture, namespace  # noqa: F401 (fixture)
 from tests.unit.test_react import cm_event
-from tests.unit.test_scope_controller import SignalLog, listed, world
+from tests.unit.test_scope_controller import SignalLog, listed, scope_hash_of, world
 
 CONF = "scheduler:\n  scope:\n    type: namespace\n    namespaces:\n    - slurm\n"
 
@@ -90,16 +91,18 @@ async def test_another_writer_not_seen_yet_costs_one_conflict_and_is_kept(harnes
     # From the stale copy: 409, then the retry reads and merges.
     assert (h.kube.count("get_configmap"), h.kube.count("replace_configmap")) == (2, 3)
     assert listed(h) == ["admin-ns", "ds-1", "ds-known", "slurm"]
-    assert scope.memory(h.ctx, state).added == ["ds-1", "ds-known"]  # the admin's name is not ours
+    assert scope.memory(h.ctx, state).list_loop.latest.added == ("ds-1", "ds-known")  # the admin's name is not ours
 
 
-async def test_without_a_watch_of_the_target_every_sync_reads(harness) -> None:
+async def test_without_a_watch_of_the_target_every_wake_reads(harness) -> None:
     h = harness()  # no API connection: no dependency watches
     state = world(h, CONF)
-    await scope.sync(h.ctx, state)
+    await scope.sync(h.ctx, state)                         # one read: the resync's grants and roll take its list's
+    assert h.kube.count("get_configmap") == 1
     await burst_of(h, "ds-1")
     await burst_of(h, "ds-2")
-    assert (h.kube.count("get_configmap"), h.kube.count("replace_configmap")) == (3, 3)
+    # Each namespace: the list loop reads and writes, then the grants and roll loops read what it wrote.
+    assert (h.kube.count("get_configmap"), h.kube.count("replace_configmap")) == (7, 3)
 
 
 async def test_unchanged_since_trusts_only_our_own_writes_up_to_the_one_asked_about(harness) -> None:
@@ -172,8 +175,9 @@ async def test_a_stuck_pod_in_a_listed_namespace_rereads_only_if_the_watch_saw_a
     (or when there is no watch), the pod re-check syncs, as before."""
     h = harness()
     state = await synced(h)
-    assert "ds-known" in (state.scope.known_list or ())
-    log = state.scope.syncer = SignalLog()                 # what the pod signals ask for
+    assert "ds-known" in (state.scope.list_loop.latest.known or ())
+    log = SignalLog()                                      # what the pod signals ask for
+    state.scope.list_loop.runs = log  # type: ignore[assignment]
     pod = {"metadata": {"name": "p", "namespace": "ds-known"}, "spec": {"schedulerName": "slurm-scheduler"},
            "status": {"phase": "Pending"}}
     for _ in range(3):
@@ -186,42 +190,34 @@ async def test_a_stuck_pod_in_a_listed_namespace_rereads_only_if_the_watch_saw_a
     assert log.take() == [False]                           # a re-read, windowed
 
 
-async def test_a_burst_creates_its_rolebindings_after_its_last_write(harness) -> None:
-    """A namespace arriving during a write makes a burst: the write in flight grants nothing, the
-    next (the last) lists it and grants both, so no RoleBinding create holds up a list write."""
+async def test_rolebinding_creates_never_hold_up_the_list_and_the_roll_waits_for_them(harness) -> None:
+    """The list loop and the grants loop each write alone, under their own locks: while the RoleBinding
+    of the first new namespace is being created (slow here), the next namespaces are listed at once.
+    The roll waits for the grants (listed namespaces without our RoleBinding hold it: the restarted
+    scheduler finds its RBAC) and comes once, after every create; the grants loop's writes wake it."""
     h = harness()
-    state = world(h, CONF, scope={"grantClusterRole": "sunk-scheduler"})
+    state = world(h, CONF, namespaces=("slurm", "other"), scope={"grantClusterRole": "sunk-scheduler",
+                                                                 "minRollInterval": "0s"})
     watching(h)
     await scope.sync(h.ctx, state)
     echo(h)
-    h.kube.before("replace_configmap", lambda: watch.on_namespace(h.ctx, "ADDED", namespace("ds-2")))
-    await burst_of(h, "ds-1")
-    assert "ds-1" in listed(h) and "ds-2" in listed(h)
-    names = [c[0] for c in h.kube.calls]
-    writes = [i for i, n in enumerate(names) if n == "replace_configmap"]
-    creates = [h.kube.calls[i][1] for i, n in enumerate(names) if n == "create_rolebinding"]
-    assert creates == ["ds-known", "ds-1", "ds-2"] and len(writes) == 3     # the first sync's, then two
-    first_create_of_burst = min(i for i, n in enumerate(names) if n == "create_rolebinding" and
-                                h.kube.calls[i][1] in ("ds-1", "ds-2"))
-    assert first_create_of_burst > writes[-1]                               # after the burst's last write
+    gate = asyncio.Event()
+    create = h.kube.create_rolebinding
 
-
-async def test_a_grant_round_stops_for_a_new_namespace_whose_list_write_goes_first(harness) -> None:
-    """A namespace arriving while RoleBindings are created: no create starts after it, the next sync
-    writes the list first and then makes the rest; the roll the cut round owed is made once, after
-    every grant (a restarted scheduler finds its RBAC)."""
-    h = harness()
-    state = world(h, CONF, namespaces=("slurm", "other"), scope={"grantClusterRole": "sunk-scheduler"})
-    watching(h)
-    await scope.sync(h.ctx, state)
-    echo(h)
+    async def slow(namespace: str, body: dict) -> dict:  # an API server busy with other creates
+        await gate.wait()
+        return await create(namespace, body)
+    h.kube.create_rolebinding = slow  # type: ignore[method-assign]
     h.kube.calls.clear()
-    h.kube.before("create_rolebinding", lambda: watch.on_namespace(h.ctx, "ADDED", namespace("ds-4")))
-    await burst_of(h, "ds-1", "ds-2", "ds-3")
-    acts = [c[:2] for c in h.kube.calls if c[0] in ("replace_configmap", "create_rolebinding", "merge_patch_deployment")]
-    assert acts == [("replace_configmap", "slurm"), ("create_rolebinding", "ds-1"),    # cut: ds-4 arrived
-                    ("replace_configmap", "slurm"),                                    # its list first
-                    ("create_rolebinding", "ds-2"), ("create_rolebinding", "ds-3"), ("create_rolebinding", "ds-4"),
-                    ("merge_patch_deployment", "slurm")]                               # one roll, after them
-    assert {"ds-1", "ds-2", "ds-3", "ds-4"} <= set(listed(h))
-    assert {ns for ns, _ in h.kube.store["rolebindings"]} >= {"ds-1", "ds-2", "ds-3", "ds-4"}
+    for name in ("ds-1", "ds-2", "ds-3"):
+        watch.on_namespace(h.ctx, "ADDED", namespace(name))
+        for _ in range(3):  # past the list loop's pacing (scope_max_writes_per_second)
+            await h.clock.advance(0.05)
+    assert {"ds-1", "ds-2", "ds-3"} <= set(listed(h))                      # listed while the first grant waits
+    assert h.kube.count("create_rolebinding") == 0 and h.kube.count("merge_patch_deployment") == 0  # the roll holds
+    gate.set()
+    await h.run_until_idle()
+    acts = [c[:2] for c in h.kube.calls if c[0] in ("create_rolebinding", "merge_patch_deployment")]
+    assert sorted(acts[:-1]) == [("create_rolebinding", ns) for ns in ("ds-1", "ds-2", "ds-3")]
+    assert acts[-1] == ("merge_patch_deployment", "slurm")                 # one roll, after them
+    assert scope_hash_of(h) == scope_hash(listed(h))

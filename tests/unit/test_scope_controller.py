@@ -10,10 +10,10 @@ import pytest
 
 from sunk_sandbox_operator.api.keys import SCOPE_HASH_ANNOTATION, SCOPE_LEDGER_ANNOTATION
 from sunk_sandbox_operator.controller import reconcile, retry, scope, watch
-from sunk_sandbox_operator.core import ledger as lg
-from sunk_sandbox_operator.core.grants import rolebinding_name
-from sunk_sandbox_operator.core.scope import scope_hash
-from sunk_sandbox_operator.core.scope_doc import read_list
+from sunk_sandbox_operator.core.scope import ledger as lg
+from sunk_sandbox_operator.core.scope.grants import rolebinding_name
+from sunk_sandbox_operator.core.scope.template import scope_hash
+from sunk_sandbox_operator.core.scope.doc import read_list
 
 from tests.unit.fakes import binding_body, discovery, harness_fixture, namespace, settle  # noqa: F401 (fixture)
 
@@ -25,7 +25,7 @@ DEPLOYMENT = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"names
 
 
 class SignalLog:
-    """Stands in for a binding's scope Coalescer (ScopeMemory.syncer): records the signals only."""
+    """Stands in for the coalescer of a binding's list loop (`Loop.runs`): records the signals only."""
 
     name = "signal log"
     task = None
@@ -53,10 +53,10 @@ class SignalLog:
 
 
 def logged(h, state, known: tuple[str, ...] | None = ("ds-known",)) -> SignalLog:
-    mem = scope.memory(h.ctx, state)
-    mem.syncer = SignalLog()
-    mem.known_list = frozenset(known) if known is not None else None
-    return mem.syncer
+    loop = scope.memory(h.ctx, state).list_loop
+    loop.runs = SignalLog()  # type: ignore[assignment]
+    loop.latest = replace(loop.latest, known=frozenset(known) if known is not None else None)
+    return loop.runs
 
 
 def world(h, conf: str = CONF, *, namespaces=("slurm", "ds-known", "other"), deployment: bool = True, **spec):
@@ -115,7 +115,8 @@ async def test_namespace_events_signal_only_the_bindings_whose_list_they_change(
     annotated["metadata"]["annotations"] = {"a": "b"}
     assert event("MODIFIED", annotated) == []                                   # nothing the cache keeps changed
     # Still terminating, but on our ledger: the list may still hold it (a failed write): sync.
-    scope.memory(h.ctx, state).added = ["ds-known"]
+    loop = scope.memory(h.ctx, state).list_loop
+    loop.latest = replace(loop.latest, added=("ds-known",))
     assert event("MODIFIED", namespace("ds-known", {"x": "y"}, terminating=True)) == [False]
     assert other_log.take() == []                                               # never concerned team-*
 
@@ -195,7 +196,7 @@ async def test_cluster_scope_pod_signals_are_paced(harness) -> None:
     state = world(h, "scheduler:\n  scope:\n    type: cluster\n")
     part = await scope.sync(h.ctx, state)
     assert part.reason == "ClusterScope" and part.status == "True" and h.kube.count("replace_configmap") == 0
-    assert state.scope.cluster and state.scope.known_list is None
+    assert state.scope.list_loop.latest.cluster and state.scope.list_loop.latest.known is None
     log = logged(h, state, known=None)
     scope.on_sandbox_pod(h.ctx, state, _pod("ds-fresh"))
     assert log.take() == [False]                                   # a windowed re-read, not an urgent one per pod
@@ -212,7 +213,7 @@ async def test_known_list_is_a_set_after_a_sync(harness) -> None:
     state = world(h)
     part = await scope.sync(h.ctx, state)
     assert part.reason == "Synced" and h.kube.count("replace_configmap") == 1
-    known = state.scope.known_list
+    known = state.scope.list_loop.latest.known
     assert isinstance(known, frozenset) and known == {"slurm", "ds-known"}
 
 
@@ -364,7 +365,9 @@ async def test_a_lost_race_rereads_and_merges_the_other_writers_change(harness) 
     part = await h.drive(scope.sync(h.ctx, state))
     assert part.reason == "Synced"
     assert listed(h) == ["admin-ns", "ds-known", "slurm"]    # theirs kept, ours added
-    assert h.kube.count("get_configmap") == 2 and h.kube.count("replace_configmap") == 2
+    reads_and_writes = [c[0] for c in h.kube.calls if c[0] in ("get_configmap", "replace_configmap")]
+    assert reads_and_writes[:4] == ["get_configmap", "replace_configmap"] * 2   # the list loop read again after the 409
+    assert h.kube.count("replace_configmap") == 2  # (then the grants and roll loops read what it wrote: no watch here)
     b = retry.CONFLICT_BACKOFF
     assert len(h.clock.slept) == 1 and b.base * (1 - b.jitter) <= h.clock.slept[0] <= b.base
     assert ledger_of(h) == lg.Entry(added=("ds-known",), preexisting=("admin-ns", "slurm"))
@@ -386,12 +389,12 @@ async def test_a_target_that_keeps_changing_is_a_conflict_and_nothing_is_overwri
     assert listed(h) == ["slurm", "admin-2"]                 # their last edit, untouched by us
     assert h.kube.count("replace_configmap") == 3
     assert len(h.clock.slept) == 3                            # two lost races, then the retry timer's backoff
-    mem = state.scope
-    assert mem.failures == 1 and mem.retry_handle is not None  # retried soon, with backoff
-    delay = mem.retry_handle.due - h.clock()
+    loop = state.scope.list_loop
+    assert loop.failures == 1 and loop.retry is not None  # retried soon, with backoff
+    delay = loop.retry.due - h.clock()
     assert 0 < delay <= retry.FAILURE_BACKOFF.delay(0, rand=lambda: 0.0)
     state.close()
-    assert mem.retry_handle is None and mem.syncer.cancelled
+    assert loop.retry is None and loop.runs.cancelled
 
 
 async def test_a_failure_after_a_success_keeps_what_status_said_about_the_list(harness) -> None:
@@ -433,7 +436,7 @@ async def test_problems_are_reported_with_their_reason(harness, setup, status, r
     assert fragment in part.message
     assert part.section == "scope" and part.data is not None
     transient = reason in ("Error", "Conflict")
-    assert (state.scope.retry_handle is not None, state.scope.failures) == ((True, 1) if transient else (False, 0))
+    assert (state.scope.list_loop.retry is not None, state.scope.list_loop.failures) == ((True, 1) if transient else (False, 0))
     if fragment == "left untouched":
         assert h.kube.count("replace_configmap") == 0
 
@@ -455,8 +458,15 @@ def _rolebindings(h) -> dict[str, dict]:
 
 
 async def test_grants_follow_the_list(harness) -> None:
+    """Between resyncs the grants loop plans from what it made and removed, not from the RoleBinding
+    informer, which may lag its own creates (here it has delivered none: a plan from it would make
+    ds-a's again and meet its name, 409)."""
+    from sunk_sandbox_operator.controller.caches import GrantCache
+
     h = harness(scope_window_seconds=0.0)
     state = world(h, namespaces=("slurm", "ds-a", "ds-b"), scope={"grantClusterRole": "sunk-scheduler"})
+    h.ctx.grants = GrantCache()
+    h.ctx.grants.listed = lambda: True
     part = await scope.sync(h.ctx, state)
     assert part.reason == "Synced"
     rbs = _rolebindings(h)
@@ -468,7 +478,8 @@ async def test_grants_follow_the_list(harness) -> None:
     watch.on_namespace(h.ctx, "MODIFIED", namespace("ds-b", terminating=True))
     await h.run_until_idle()
     assert listed(h) == ["ds-a", "slurm"] and sorted(_rolebindings(h)) == ["ds-a"]
-    assert h.kube.count("list_rolebindings") == 1            # the signalled sync trusted what it knew
+    assert h.kube.count("create_rolebinding") == 2 and "GrantFailed" not in h.reasons()  # it trusted what it knew
+    assert h.kube.count("list_rolebindings") == 0            # the informer is read, never a LIST
 
 
 async def test_grants_go_only_where_the_admin_allows_and_nowhere_by_default(harness) -> None:
@@ -561,7 +572,7 @@ async def test_restore_removes_what_we_added_and_our_grants(harness) -> None:
     assert scope_hash_of(h) == scope_hash(["ds-kept", "slurm"])
     assert ledger_of(h) is None                              # our ledger entry went with our entries
     assert SCOPE_LEDGER_ANNOTATION not in h.kube.get("configmaps", "slurm", "cm")["metadata"]["annotations"]
-    assert state.scope.syncer.cancelled                      # no more signalled syncs
+    assert all(loop.runs.cancelled for loop in state.scope.loops)  # no more signalled wakes
 
 
 async def test_restore_of_a_target_that_went_bad_leaves_it_as_is(harness) -> None:

@@ -13,8 +13,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sunk_sandbox_operator.api import LabelSelector, SandboxNamespaces
-from sunk_sandbox_operator.core.scope import NamespaceInfo, diff_lists, is_terminating, missing_summary, namespace_matches, plan, sandbox_namespaces, scope_hash
-from sunk_sandbox_operator.core.scope_doc import ListRead, read_list, read_list_obj, set_path_patch, write_list
+from sunk_sandbox_operator.core.scope.membership import NamespaceInfo, is_terminating, namespace_matches, sandbox_namespaces
+from sunk_sandbox_operator.core.scope.plan import diff_lists, missing_summary, plan
+from sunk_sandbox_operator.core.scope.template import scope_hash
+from sunk_sandbox_operator.core.scope.doc import ListRead, read_list, read_list_obj, set_path_patch, write_list
 
 P = "scheduler.scope.namespaces"
 

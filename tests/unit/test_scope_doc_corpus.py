@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from sunk_sandbox_operator.core.scope_doc import read_list, write_list
+from sunk_sandbox_operator.core.scope.doc import read_list, write_list
 from tests.unit import yaml_corpus as corpus
 
 # Every document at small sizes; one of each kind at 10,000 names (~0.3 s each, so the file stays ~2 s).

@@ -9,8 +9,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sunk_sandbox_operator.core import scope_doc, yaml_splice
-from sunk_sandbox_operator.core.scope_doc import Span, edit, read_list
+from sunk_sandbox_operator.core.scope import doc as scope_doc, yaml_splice
+from sunk_sandbox_operator.core.scope.doc import Span, edit, read_list
 from tests.unit import yaml_corpus as corpus
 
 PATH = corpus.PATH

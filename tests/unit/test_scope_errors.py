@@ -1,4 +1,4 @@
-"""core.scope_errors.classify: what a scope target's failure is reported as, one row per kind of
+"""core.scope.errors.classify: what a scope target's failure is reported as, one row per kind of
 failure, the reason and the whole message (users read these, and tests/integration wait for them)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import get_args
 import pytest
 
 from sunk_sandbox_operator.api.reasons import ScopeSynced
-from sunk_sandbox_operator.core.scope_errors import Cause, Op, TargetError, classify
+from sunk_sandbox_operator.core.scope.errors import Cause, Op, TargetError, classify
 
 CM = "ConfigMap slurm/cm key scheduler.conf at scheduler.scope.namespaces"
 FLUX = ("ConfigMap slurm/slurm-sunk-scope key values.yaml at scheduler.scope.namespaces (valuesFrom of HelmRelease "

@@ -6,9 +6,9 @@ from __future__ import annotations
 from sunk_sandbox_operator.api.keys import SCOPE_HASH_ANNOTATION
 from sunk_sandbox_operator.api.spec import LabelSelector
 from sunk_sandbox_operator.controller import scope, watch
-from sunk_sandbox_operator.core.scope_rbac import DENIED_RECHECK_SECONDS
+from sunk_sandbox_operator.core.scope.rbac import DENIED_RECHECK_SECONDS
 from sunk_sandbox_operator.core import conflicts
-from sunk_sandbox_operator.core import scope as sc
+from sunk_sandbox_operator.core.scope import template as sc
 
 from tests.unit.fakes import binding_body, harness_fixture, namespace  # noqa: F401 (fixture)
 from tests.unit.test_scope_controller import DEPLOYMENT, listed, world

@@ -1,7 +1,9 @@
-"""A stateful property test over the scope shell (issue 20): hypothesis drives namespaces that come,
+"""A stateful property test over the scope shell (issues 20, 32): hypothesis drives namespaces that come,
 change labels and go, admins who edit the list, lost races, restarts of the operator, and deaths at
-every failpoint the scope path reaches, over the in-memory harness (the fake Kube, the injected
-clock). After every step the invariants hold:
+every failpoint of each of the three scope loops (the list loop's write, the grants loop's create, the
+roll loop's patch) and of the status flush, over the in-memory harness (the fake Kube, the injected
+clock). The loops run concurrently, each woken by the others' writes. After every step the
+invariants hold:
 
 - the list holds every sandbox namespace and every alwaysInclude entry;
 - no entry an admin put there is ever removed by the operator;
@@ -9,7 +11,9 @@ clock). After every step the invariants hold:
   name we listed is in it (nothing we added is forgotten, even by a process that died);
 - our RoleBindings are in exactly the listed namespaces we may grant in;
 - the scheduler is rolled at most once per `scope.minRollInterval`, across restarts too, and an
-  interval after a change it runs the list.
+  interval after a change it runs the list;
+- it is rolled only onto a settled list: every namespace that belongs is listed, and every listed
+  one the binding may grant in holds our RoleBinding (grants before the roll).
 
 A death (`controller/failpoints.py`, as tests/integration/test_crash.py uses them on the real
 process): the armed failpoint's exit raises, every task of that process is cancelled at once (it
@@ -32,10 +36,10 @@ from sunk_sandbox_operator.api.keys import SCOPE_HASH_ANNOTATION, SCOPE_LEDGER_A
 from sunk_sandbox_operator.controller import scope, watch
 from sunk_sandbox_operator.controller.failpoints import EXIT_CODE, NAMES as ALL_FAILPOINTS, Failpoints
 from sunk_sandbox_operator.controller.status_writer import flush
-from sunk_sandbox_operator.core import ledger as lg
-from sunk_sandbox_operator.core.grants import selector
-from sunk_sandbox_operator.core.scope import scope_hash
-from sunk_sandbox_operator.core.scope_doc import read_list
+from sunk_sandbox_operator.core.scope import ledger as lg
+from sunk_sandbox_operator.core.scope.grants import selector
+from sunk_sandbox_operator.core.scope.template import scope_hash
+from sunk_sandbox_operator.core.scope.doc import read_list
 
 from tests.unit.fakes import FakeKube, Harness, binding_body, namespace, selector_matches, settle as turns
 from tests.unit.test_scope_controller import DEPLOYMENT, PATH
@@ -49,9 +53,10 @@ SPEC = {"sandboxNamespaces": {"names": ["ds-*"], "selector": {"matchLabels": {"s
                   "grantClusterRole": "sunk-scheduler-sandbox"}}
 DOWNTIMES = [0.7, 1.0, 31.0]  # seconds between a process' end and its successor's start (clocks have fractions)
 CONF = "scheduler:\n  scope:\n    type: namespace\n    namespaces: [slurm]\n"
-# The failpoints a scope sync reaches (the policy wing's two are not on this path);
-# test_the_scope_path_reaches_exactly_these_failpoints keeps it equal to what the operator hits.
-SCOPE_FAILPOINTS = ("after-scope-write", "after-rolebinding-create", "before-status-flush")
+# The failpoints the three scope loops reach (the policy wing's two are not on this path): one per loop,
+# and the status flush; test_the_scope_path_reaches_exactly_these_failpoints keeps it equal to what the
+# operator hits.
+SCOPE_FAILPOINTS = ("after-scope-write", "after-rolebinding-create", "after-scheduler-roll", "before-status-flush")
 
 
 class Died(BaseException):
@@ -65,6 +70,7 @@ class ScopeShell(RuleBasedStateMachine):
         self.loop = asyncio.new_event_loop()
         self.kube = FakeKube()
         self.rolls: list[float] = []
+        self.unsettled: list[tuple[float, set[str], set[str]]] = []  # rolls onto a list still changing
         self.labels: dict[str, dict] = {}          # the namespaces that exist, with their labels
         self.admins: set[str] = set()              # entries an admin put in the list and still wants
         self.armed: tuple[str, float] | None = None  # (failpoint, downtime) of the running process
@@ -80,7 +86,10 @@ class ScopeShell(RuleBasedStateMachine):
         original = self.kube.merge_patch_deployment
 
         async def recording(ns: str, name: str, patch: dict) -> dict:  # every roll, on the current clock
-            self.rolls.append(self.harness.clock.now)
+            now, listed, want = self.harness.clock.now, set(self.listed()), self.sandbox() | ALWAYS
+            self.rolls.append(now)
+            if want - listed or (want & listed) - self.granted():
+                self.unsettled.append((now, want - listed, (want & listed) - self.granted()))
             return await original(ns, name, patch)
         self.kube.merge_patch_deployment = recording  # type: ignore[method-assign]
         self.boot(at=1000.0)
@@ -140,6 +149,7 @@ class ScopeShell(RuleBasedStateMachine):
         self.no_admin_entry_is_ever_removed()
         self.the_ledger_is_what_the_list_shows()
         self.at_most_one_roll_per_interval()
+        self.the_scheduler_is_rolled_onto_a_settled_list()
         self.boot(at=self.harness.clock.now + downtime, dead=True)
 
     def settle(self, periodic: bool = False, event=None) -> None:
@@ -243,6 +253,12 @@ class ScopeShell(RuleBasedStateMachine):
     def sandbox(self) -> set[str]:
         return {n for n, labels in self.labels.items() if n.startswith("ds-") or labels.get("sbx") == "yes"}
 
+    def granted(self) -> set[str]:
+        """The namespaces holding a RoleBinding labelled for the binding."""
+        label = selector("slurm", "b")
+        return {ns for (ns, _), rb in self.kube.store["rolebindings"].items()
+                if selector_matches(label, rb["metadata"].get("labels"))}
+
     def ledger(self) -> lg.Entry | None:
         annotations = self.kube.get("configmaps", "slurm", "cm")["metadata"].get("annotations") or {}
         return lg.decode(annotations.get(SCOPE_LEDGER_ANNOTATION)).get("slurm/b")
@@ -270,15 +286,17 @@ class ScopeShell(RuleBasedStateMachine):
     def our_rolebindings_are_where_we_may_grant(self) -> None:
         """A RoleBinding for the scheduler in each listed namespace the binding matches (and in its
         alwaysInclude), none elsewhere: none missing, none left behind, none made twice."""
-        label = selector("slurm", "b")
-        granted = {ns for (ns, _), rb in self.kube.store["rolebindings"].items()
-                   if selector_matches(label, rb["metadata"].get("labels"))}
-        want = (self.sandbox() | ALWAYS) & set(self.listed())
+        granted, want = self.granted(), (self.sandbox() | ALWAYS) & set(self.listed())
         assert granted == want, (sorted(granted), sorted(want))
 
     @invariant()
     def at_most_one_roll_per_interval(self) -> None:
         assert all(b - a >= INTERVAL - 1e-6 for a, b in zip(self.rolls, self.rolls[1:])), self.rolls
+
+    @invariant()
+    def the_scheduler_is_rolled_onto_a_settled_list(self) -> None:
+        """(when, namespaces that belong and were not listed, listed ones without our RoleBinding) of a roll."""
+        assert not self.unsettled, self.unsettled
 
     def the_scheduler_runs_the_list(self) -> None:
         """An interval after the last change, the scheduler has been rolled onto the list, once the
@@ -310,8 +328,8 @@ def shell_fixture():
 
 
 def test_the_scope_path_reaches_exactly_these_failpoints(shell: ScopeShell) -> None:
-    """SCOPE_FAILPOINTS is what a scope sync reaches (a namespace added: the write, a grant, the
-    status), and each is one the operator knows: a failpoint added to the path joins the rule."""
+    """SCOPE_FAILPOINTS is what the scope loops reach (a namespace added: the list's write, a grant, the
+    roll, the status), and each is one the operator knows: a failpoint added to the path joins the rule."""
     reached: list[str] = []
 
     class Recording(Failpoints):

@@ -1,18 +1,18 @@
 """Scope targets against the fake Kube: read the list, write it with the read's precondition (and the
 ledger in the same request), and every failure as the facts (`TargetFailed`) that classify to its
-ScopeSynced reason and fix (`core.scope_errors.classify`; the table itself: test_scope_errors.py)."""
+ScopeSynced reason and fix (`core.scope.errors.classify`; the table itself: test_scope_errors.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from sunk_sandbox_operator.core.scope_errors import classify
+from sunk_sandbox_operator.core.scope.errors import classify
 from sunk_sandbox_operator.adapters import kube as k
 from sunk_sandbox_operator.adapters import targets
 from sunk_sandbox_operator.api.keys import SCOPE_LEDGER_ANNOTATION
 from sunk_sandbox_operator.api.spec import parse_spec
-from sunk_sandbox_operator.core import ledger as lg
-from sunk_sandbox_operator.core.scope_doc import ListRead
+from sunk_sandbox_operator.core.scope import ledger as lg
+from sunk_sandbox_operator.core.scope.doc import ListRead
 
 from tests.unit.fakes import FakeKube
 
@@ -123,9 +123,13 @@ def test_the_parse_memo_holds_one_version_and_only_with_a_resource_version() -> 
     memo.parse(("u", None, "k", "p"), lambda: parse("d"))                  # not stored yet: never a hit
     memo.parse(("u", None, "k", "p"), lambda: parse("e"))
     assert parses == ["a", "c", "d", "e"]
-    memo.remember(("u", "3", "k", "p"), ({}, None), written={"metadata": {"resourceVersion": "3"}}, ledger=OURS)
-    memo.parse(("u", "4", "k", "p"), lambda: parse("f"))                  # what a write left goes with its version
-    assert (memo.written, memo.ledger, memo.span) == (None, None, None)
+    memo.remember(("u", "3", "k", "p"), ({}, None))
+    memo.hold({"metadata": {"resourceVersion": "3"}}, OURS, replaced="2")  # our write's answer, and what it replaced
+    assert (memo.held, memo.written_version) == (("3", "2"), "3")
+    memo.hold({"metadata": {"resourceVersion": "3"}}, OURS)                # ... or the object as read
+    assert (memo.held, memo.written_version) == (("3",), None)
+    memo.parse(("u", "4", "k", "p"), lambda: parse("f"))                  # what was held goes with its version
+    assert (memo.obj, memo.ledger, memo.span, memo.held) == (None, None, None, ())
     memo.clear()
     assert (memo.version, memo.parsed) == (None, None)
 

@@ -13,7 +13,7 @@ from sunk_sandbox_operator.api.spec import parse_spec
 from sunk_sandbox_operator.controller import reconcile
 from sunk_sandbox_operator.core import selectors as sel
 from sunk_sandbox_operator.core import tenancy as t
-from sunk_sandbox_operator.core.scope import compile_matcher
+from sunk_sandbox_operator.core.scope.membership import compile_matcher
 
 from tests.unit.fakes import binding_body, harness_fixture  # noqa: F401 (fixture)
 

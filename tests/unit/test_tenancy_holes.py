@@ -8,9 +8,9 @@ import copy
 
 from sunk_sandbox_operator.controller import depends, reconcile, scope
 from sunk_sandbox_operator.controller.depends import Watched
-from sunk_sandbox_operator.core import ledger as lg
+from sunk_sandbox_operator.core.scope import ledger as lg
 from sunk_sandbox_operator.api.keys import SCOPE_LEDGER_ANNOTATION
-from sunk_sandbox_operator.core.scope_doc import read_list
+from sunk_sandbox_operator.core.scope.doc import read_list
 
 from tests.unit.fakes import (FakeRunner, binding_body, discovery, harness_fixture, install_runner,  # noqa: F401 (fixture)
                               namespace)
@@ -52,10 +52,9 @@ async def test_a_signalled_sync_in_flight_ends_on_the_spec_it_started_with(harne
     install_runner(state, FakeRunner({}))
     started_with = state.spec
     seen = []
-    # A reconcile admitting a new spec waits for the scope lock a sync holds.
+    # A reconcile admitting a new spec waits for the scope loops' locks a wake holds.
     h.kube.before("get_configmap", lambda: seen.append(state.spec))
-    mem = scope.memory(h.ctx, state)
-    async with mem.lock:
+    async with scope.held(h.ctx, state):
         body = copy.deepcopy(state.body)
         body["spec"]["sandboxNamespaces"] = {"names": ["other-*"]}
         body["metadata"]["generation"] += 1

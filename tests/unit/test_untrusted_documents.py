@@ -13,14 +13,15 @@ import copy
 
 import pytest
 
-from sunk_sandbox_operator.core.scope_errors import classify
+from sunk_sandbox_operator.core.scope.errors import classify
 from sunk_sandbox_operator.adapters import targets
 from sunk_sandbox_operator.api.reasons import ScopeSynced
 from sunk_sandbox_operator.api.spec import parse_spec
 from sunk_sandbox_operator.controller import scope
-from sunk_sandbox_operator.core import app_values as av
-from sunk_sandbox_operator.core import ledger as lg
-from sunk_sandbox_operator.core import scope_doc, untrusted
+from sunk_sandbox_operator.core.scope import app_values as av
+from sunk_sandbox_operator.core.scope import ledger as lg
+from sunk_sandbox_operator.core import untrusted
+from sunk_sandbox_operator.core.scope import doc as scope_doc
 from sunk_sandbox_operator.core.scheduler import discover, scheduler_condition
 from sunk_sandbox_operator.core.scheduler_conf import parse_scheduler_conf
 
@@ -55,7 +56,7 @@ async def test_a_bomb_in_scheduler_conf_refuses_its_binding_only(harness, scans:
     assert (part.condition, part.status, part.reason) == ("ScopeSynced", "False", ScopeSynced.DOCUMENT_REFUSED)
     assert part.message.startswith(f"ConfigMap slurm/cm key scheduler.conf at {PATH}: {REFUSED}")
     assert "write it without anchors and aliases" in part.message and "left untouched" in part.message
-    assert (victim.scope.retry_handle, victim.scope.failures) == (None, 0)  # not transient: no retry storm
+    assert (victim.scope.list_loop.retry, victim.scope.list_loop.failures) == (None, 0)  # not transient: no retry storm
     assert h.kube.count("replace_configmap") == 0 and h.kube.get("configmaps", "slurm", "cm")["data"]["scheduler.conf"] == BOMB
     assert len(scans) == 1
     again = await scope.sync(h.ctx, victim)                                   # the same resourceVersion:

@@ -23,8 +23,9 @@ from ..api.keys import SANDBOX_ID_LABEL
 from ..api.spec import BindingSpec
 from ..core import doctor_facts as f
 from ..core import node_room as room
-from ..core import scope as sc
-from ..core import scope_doc, slurm, tenancy
+from ..core.scope import membership as members
+from ..core import slurm, tenancy
+from ..core.scope import doc as scope_doc
 from ..core.pods import decode_pod
 from ..core.redact import describe
 from ..core.scheduler import Discovery, discover, scheduler_conf_location
@@ -132,12 +133,12 @@ async def _sandbox(kube: k.KubeAPI, t: Target, policy: tenancy.TenancyPolicy
         return (frozenset(p.namespace for p in pods),
                 "sandbox namespaces (holding sandbox pods)", pods, None)
     try:
-        infos = [sc.NamespaceInfo.from_object(o) for o in await kube.list_namespaces()]
+        infos = [members.NamespaceInfo.from_object(o) for o in await kube.list_namespaces()]
     except k.Forbidden as exc:
         return frozenset(), "sandbox namespaces", [], _denied("list namespaces", exc)
-    matcher = sc.compile_matcher(sn, policy.system, bound=policy.namespace_bound,
+    matcher = members.compile_matcher(sn, policy.system, bound=policy.namespace_bound,
                                  own=t.namespace if t.binding else None)
-    matched = sc.sandbox_namespaces(matcher, infos)
+    matched = members.sandbox_namespaces(matcher, infos)
     how = ("sandbox namespaces (spec.sandboxNamespaces)" if t.binding
            else "sandbox namespaces (--sandbox-namespaces / --sandbox-selector)")
     return frozenset(matched), how, [p for p in pods if p.namespace in matched], None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from ..core.scope_rbac import SCHEDULER_NEEDS
+from ..core.scope.rbac import SCHEDULER_NEEDS
 from . import kube as k
 from .bounded import gather_bounded
 

@@ -29,7 +29,7 @@ class BindingCounters:
     drift_corrections: int = 0
     status_patches: int = 0
     scope_writes: int = 0
-    scope_reverts: int = 0               # syncs that found entries we added removed by someone else
+    scope_reverts: int = 0               # list wakes that found entries we added removed by someone else
     scope_namespaces: int | None = None
 
 

@@ -11,7 +11,7 @@ import hashlib
 from typing import Any
 
 from ..api.keys import BINDING_LABEL, MANAGED_BY_LABEL
-from ..core import grants
+from ..core.scope import grants
 from ..core.ownership import Record, from_json
 from . import kube as k
 

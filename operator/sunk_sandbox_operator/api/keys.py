@@ -35,7 +35,7 @@ SCOPE_GENERATION_ANNOTATION = f"{GROUP}/scope-generation"  # ... and the ledger 
 SCOPE_ROLLED_AT_ANNOTATION = f"{GROUP}/rolled-at"  # ... and when (RFC 3339), in the roll's own patch: paces restarts
 BINDING_LABEL = f"{GROUP}/binding"              # RoleBindings it created, naming the binding
 BINDING_UID_LABEL = f"{GROUP}/binding-uid"      # ... and its UID: what makes one ours (names can be reused)
-SCOPE_LEDGER_ANNOTATION = f"{GROUP}/scope-ledger"  # scope target: what each binding added (core/ledger.py)
+SCOPE_LEDGER_ANNOTATION = f"{GROUP}/scope-ledger"  # scope target: what each binding added (core/scope/ledger.py)
 MANAGED_BY_LABEL = ("app.kubernetes.io/managed-by", "sunk-sandbox-operator")
 # On the FluxHelmRelease target's ConfigMap: Flux's helm-controller watches labelled valuesFrom
 # sources and upgrades the release within seconds of a change (else at the release's interval).

@@ -11,9 +11,9 @@ from typing import Callable, Iterable, Iterator
 
 from ..core.quantity import parse_quantity
 from ..api.spec import SandboxNamespaces
-from ..core.grants import Grant, grant_of
+from ..core.scope.grants import Grant, grant_of
 from ..core.pods import PodRecord, container_hazards, decode_pod, resources_key
-from ..core.scope import Matcher, NamespaceInfo, namespace_matches, sandbox_namespaces
+from ..core.scope.membership import Matcher, NamespaceInfo, namespace_matches, sandbox_namespaces
 
 
 class NamespaceCache:

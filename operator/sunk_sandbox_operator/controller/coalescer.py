@@ -1,4 +1,4 @@
-"""One coalescer for every "something changed, write it soon" path: scope syncs and status flushes.
+"""One coalescer for every "something changed, write it soon" path: the scope loops and status flushes.
 
 `signal()` asks for a run. At most one run is in flight; signals that arrive while it runs are
 folded into exactly one more run after it. Two knobs shape the timing:

@@ -25,7 +25,7 @@ from ..adapters import kube as k
 from ..adapters.informer import Informer, Resource
 from ..api.keys import SCHEDULER_CONFIGMAP_LABEL
 from ..core import selectors
-from ..core.target_ref import TargetRef, locate
+from ..core.scope.target_ref import TargetRef, locate
 from .state import BindingState
 
 # The controller Context (bindings, http, config, metrics, depends). Not imported: the context
@@ -58,7 +58,7 @@ def scheduler_namespace(state: BindingState) -> str | None:
 
 
 def target_of(state: BindingState) -> TargetRef:
-    """The binding's scope target (core.target_ref: the one place that knows each kind's objects)."""
+    """The binding's scope target (core.scope.target_ref: the one place that knows each kind's objects)."""
     return locate(state.admitted_spec, state.namespace, state.discovery.configmap_name if state.discovery else None)
 
 
@@ -139,6 +139,15 @@ class Dependencies:
             return False
         seen = running[2].get(f"{namespace}/{name}")
         return seen in writes and writes.index(seen) <= writes.index(resource_version)
+
+    def seen(self, obj: ObjKey) -> str | None:
+        """The resourceVersion the object's watch delivered last (None: no such watch, not listed yet,
+        or the object not seen): an object read at that version has not changed since, as far as it knows."""
+        kind, namespace, name = obj
+        running = self._running.get(Watched(kind, namespace))
+        if running is None or not running[0].ready.is_set():
+            return None
+        return running[2].get(f"{namespace}/{name}")
 
     def refresh(self) -> None:
         want: set[Watched] = set()

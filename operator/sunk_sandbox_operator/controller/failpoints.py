@@ -6,8 +6,10 @@ Unset (production), `hit` is one dict lookup. The names:
 
     after-policy-intent      the ownership record says `pending`; UpdateManagedRunner not sent
     after-policy-write       the runner API accepted the write; the record still says `pending`
-    after-scope-write        the target holds the new list and ledger; nothing else done
-    after-rolebinding-create a grant RoleBinding exists; status does not know
+    after-scope-write        the list loop: the target holds the new list and ledger; nothing else done
+    after-rolebinding-create the grants loop: a grant RoleBinding exists; status does not know
+    after-scheduler-roll     the roll loop: the scheduler's pod template is patched (its hash, generation
+                             and rolled-at); status does not know
     before-status-flush      everything written; the binding's status not patched
 
 One failpoint stalls instead of exiting: `stall-in-reconcile=SECONDS` holds the main thread, and
@@ -26,7 +28,7 @@ from typing import Callable
 log = logging.getLogger("sunk_sandbox_operator")
 
 NAMES = ("after-policy-intent", "after-policy-write", "after-scope-write", "after-rolebinding-create",
-         "before-status-flush")
+         "after-scheduler-roll", "before-status-flush")
 STALLS = ("stall-in-reconcile",)
 EXIT_CODE = 137  # what a SIGKILL looks like to the kubelet
 

@@ -18,7 +18,7 @@ from ..core.budget import heaviest
 from ..core.compose import Part
 from ..core.policy_decide import TRANSIENT
 from ..core.redact import describe
-from . import grants, placement, policy, scope, slurm, slurm_poll
+from . import placement, policy, scope, slurm, slurm_poll
 from .budget import step, timed
 from .context import Context
 from .retry import FAILURE_BACKOFF
@@ -78,9 +78,9 @@ async def _conflict(ctx: Context, state: BindingState) -> str | None:
 
 async def _admit(ctx: Context, state: BindingState) -> list[tenancy.Violation]:
     """Check the live spec and admit exactly it (empty list), or refuse it. Taken under the scope
-    lock, with no await between the check and the admission: a signalled scope sync in flight ends
-    on the spec it started with, and the next one starts on this one."""
-    async with scope.memory(ctx, state).lock:
+    loops' locks, with no await between the check and the admission: a signalled scope wake in flight
+    ends on the spec it started with, and the next one starts on this one."""
+    async with scope.held(ctx, state):
         body, live = state.body, state.live_spec
         if live is None:  # an edit made it unparsable while we waited for the lock: the next reconcile says so
             state.admitted = None
@@ -181,7 +181,7 @@ async def _refused(ctx: Context, state: BindingState) -> bool:
     state.reconciled_generation = generation
     state.conflict_checked = False
     state.policy.read_key = None
-    await grants.revoke(ctx, state)
+    await scope.revoke(ctx, state)
     await flush(ctx, state)
     ctx.depends.refresh()  # nothing it names is watched while it is refused
     if ctx.slurm is not None:
@@ -198,7 +198,7 @@ async def finalize(ctx: Context, state: BindingState) -> None:
             if await _admit(ctx, state):
                 # Its token is never sent to a URL the operator does not allow, even to restore; the
                 # RoleBindings granted for it are ours alone and go.
-                await grants.revoke(ctx, state)
+                await scope.revoke(ctx, state)
                 ctx.event(state, EventReason.RESTORE_SKIPPED, "the binding asks what the operator's settings do "
                           "not allow; nothing was restored (check the runner policy and the scope list by hand if "
                           "it wrote anything before the settings changed)")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import copy
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Generic, Iterator, TypeVar
 
 from ..adapters.metrics import BindingCounters, BindingSample
 from ..adapters.targets import ParseMemo
@@ -22,10 +22,10 @@ from ..core.placement import PlacementTracker
 from ..core.slurm_jobs import JobTracker
 from ..core.slurm_poll import TokenOutcome
 from ..core.scheduler import Discovery
-from ..core.scope import Matcher, compile_matcher
-from ..core.scope_plan import SyncMemory
-from ..core.scope_rbac import Permits
-from ..core.target_ref import TargetRef
+from ..core.scope.membership import Matcher, compile_matcher
+from ..core.scope.grant_loop import GrantState
+from ..core.scope.list_loop import ListState
+from ..core.scope.roll_loop import RollState
 from ..core.selectors import ParsedSelector
 
 if TYPE_CHECKING:
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from .timers import Timer
 
 Key = tuple[str, str]  # (namespace, name)
+T = TypeVar("T")
 
 
 @dataclass
@@ -46,57 +47,44 @@ class PolicyMemory:
 
 
 @dataclass
-class ScopeMemory:
-    """What the scope sync keeps between runs (the ledger mirrors status.scope)."""
+class Loop(Generic[T]):
+    """One scope loop's shell: its coalescer (signals fold into its next wake), its lock (one wake at a
+    time), its retries with backoff, its own timer, and `latest`, the frozen state its latest wake
+    decided (core.scope.*_loop), kept as the decision returned it."""
 
-    preexisting: list[str] | None
-    added: list[str]
-    syncer: "Coalescer"
+    latest: T
+    runs: "Coalescer"
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    known_list: frozenset[str] | None = None   # the target's list as last read or written
-    cluster: bool = False                      # the target says scope type cluster: every namespace is watched
-    grants: frozenset[str] | None = None       # namespaces holding our RoleBinding (None: not listed yet)
+    failures: int = 0                          # consecutive transient failures (retry backoff)
+    retry: "Timer | None" = None
+    timer: "Timer | None" = None               # a wake the decision asked for (the roll: the interval's end)
+
+    def close(self) -> None:
+        self.runs.cancel()
+        for timer in (self.retry, self.timer):
+            if timer is not None:
+                timer.cancel()
+        self.retry = self.timer = None
+
+
+@dataclass
+class ScopeMemory:
+    """The scope wing's three loops (controller/scope/), and the facts they share: the target as last
+    read or written (a cache of the object, one version) and the namespaces that belong."""
+
+    list_loop: Loop[ListState]
+    roll_loop: Loop[RollState]
+    grant_loop: Loop[GrantState]
+    parsed: ParseMemo = field(default_factory=ParseMemo)  # the target's object and document, one version
+    sandbox: set[str] | None = None            # namespaces that belong, kept current by namespace events
+    sandbox_for: object = None                 # the matcher `sandbox` was computed with
     pod_signalled: set[str] = field(default_factory=set)  # namespaces a stuck pod named before the watch did
     next_recheck: float = 0.0                  # a pod in a listed namespace may re-read the target after this
     recheck_handle: "Timer | None" = None
-    failures: int = 0                          # consecutive transient failures (retry backoff)
-    retry_handle: "Timer | None" = None
-    parsed: ParseMemo = field(default_factory=ParseMemo)  # the target's document as last parsed (one version)
-    roll_due: bool = False                     # we wrote the list and the scheduler has not been rolled onto it
-    sandbox: set[str] | None = None            # namespaces that belong, kept current by namespace events
-    sandbox_for: object = None                 # the matcher `sandbox` was computed with
-    manager_warned: str | None = None          # the other writer of the target last warned about
-    permits: Permits = field(default_factory=Permits)  # what the scheduler's RBAC reviews said
-    target_ref: TargetRef | None = None        # the target `added`/`preexisting` belong to (status.scope.target)
-    last_roll: float | None = None             # when this process last rolled the scheduler (monotonic)
-    roll_timer: "Timer | None" = None          # the folded roll at the end of minRollInterval
-    next_roll_at: str | None = None            # ... its time, for status.scope.nextRollTime
-    last_roll_at: str | None = None            # status.scope.lastRollTime
-    roll_unread: bool = False                  # the template's rolled-at not read since this process started
-    grants_owed_since: float | None = None     # monotonic: a burst has deferred its grants since
 
-    def kept(self) -> SyncMemory:
-        """What `core.scope_plan` decides from."""
-        return SyncMemory(self.roll_due, self.last_roll, self.last_roll_at, self.next_roll_at, self.grants,
-                          self.permits, self.manager_warned, self.cluster,
-                          tuple(self.preexisting) if self.preexisting is not None else None, tuple(self.added),
-                          self.known_list, self.roll_unread, self.grants_owed_since)
-
-    def keep(self, m: SyncMemory) -> None:
-        """What a plan (or its outcome) leaves."""
-        self.roll_due, self.last_roll, self.last_roll_at, self.next_roll_at = (m.roll_due, m.last_roll, m.last_roll_at,
-                                                                              m.next_roll_at)
-        self.grants, self.permits, self.manager_warned, self.cluster = m.grants, m.permits, m.manager_warned, m.cluster
-        self.preexisting = list(m.preexisting) if m.preexisting is not None else None
-        self.added, self.known_list, self.roll_unread = list(m.added), m.known_list, m.roll_unread
-        self.grants_owed_since = m.grants_owed_since
-
-    def switch_target(self, ref: TargetRef) -> None:
-        """Start fresh on another target: what we added and found belongs to the one we left, and
-        names already in the new one are pre-existing there."""
-        self.target_ref, self.added, self.preexisting = ref, [], None
-        self.known_list, self.cluster, self.roll_due = None, False, False
-        self.parsed.clear()
+    @property
+    def loops(self) -> tuple[Loop[ListState], Loop[RollState], Loop[GrantState]]:
+        return self.list_loop, self.roll_loop, self.grant_loop
 
 
 @dataclass(frozen=True)
@@ -212,7 +200,7 @@ class BindingState:
     @property
     def admission(self) -> Admitted:
         """`admitted` where only an admitted binding gets: the reconcile past its tenancy check, the
-        syncs and timers of an active binding, a deletion past its check (never None there)."""
+        scope wakes and timers of an active binding, a deletion past its check (never None there)."""
         assert self.admitted is not None, f"binding {self.ref} has no admitted spec"
         return self.admitted
 
@@ -257,17 +245,18 @@ class BindingState:
         return self.spec is not None and not self.deleted and self.conflict_checked and not self.conflict
 
     def close(self) -> None:
-        """Stop everything pending for this binding: its scope syncs and status flushes, and every
-        timer (kick, retry, pod re-read, folded roll, placement re-judge). The one teardown: on
+        """Stop everything pending for this binding: its scope loops and status flushes, and every
+        timer (kick, retries, pod re-read, folded roll, placement re-judge). The one teardown: on
         deletion, at shutdown, when leadership is lost, before a Restore."""
-        for coalescer in (self.flusher, self.scope.syncer if self.scope else None):
-            if coalescer is not None:
-                coalescer.cancel()
+        if self.flusher is not None:
+            self.flusher.cancel()
         self.close_placement_timer()
         timers = [self.kick_handle]
         if self.scope is not None:
-            timers += [self.scope.recheck_handle, self.scope.retry_handle, self.scope.roll_timer]
-            self.scope.recheck_handle = self.scope.retry_handle = self.scope.roll_timer = None
+            for loop in self.scope.loops:
+                loop.close()
+            timers.append(self.scope.recheck_handle)
+            self.scope.recheck_handle = None
         self.kick_handle = None
         for timer in timers:
             if timer is not None:

@@ -1,7 +1,7 @@
 """Namespace and sandbox-Pod watch events → the caches → the bindings they concern.
 
 No kopf machinery per object: each event updates a cache, then only the bindings whose
-namespaces it touches are signalled (scope sync, placement re-judge, coalesced status flush).
+namespaces it touches are signalled (the scope list loop, placement re-judge, coalesced status flush).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..api.spec import parse_spec
-from .target_ref import locate
+from .scope.target_ref import locate
 
 
 def _age_key(binding: dict[str, Any]) -> tuple[str, str, str]:

@@ -5,8 +5,8 @@ cannot be found, a document refused as untrusted) and caught by the pipeline tha
 condition, which reports it as it is: the reason (an `api.reasons` member) and a message that
 says what to do. Adapters never make one: transport failures (`adapters.kube.KubeError`, the runner
 API's errors) and what a scope target could not do (`adapters.targets.TargetFailed`, its facts a
-`core.scope_errors.TargetError`) are classified by the concern that catches them (for the scope
-target: `scope_errors.classify`, one pure table).
+`core.scope.errors.TargetError`) are classified by the concern that catches them (for the scope
+target: `core.scope.errors.classify`, one pure table).
 """
 
 from __future__ import annotations

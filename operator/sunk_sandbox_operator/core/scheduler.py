@@ -25,7 +25,7 @@ from .scheduler_conf import (
     SchedulerArgs, SchedulerConf, parse_scheduler_args, parse_scheduler_conf, slurm_conf,
 )
 from .selectors import to_label_selector_string
-from .target_ref import CONFIGMAP, locate
+from .scope.target_ref import CONFIGMAP, locate
 from .tenant_text import Refused
 
 # ---------------------------------------------------------------- discovery
@@ -111,7 +111,7 @@ def scheduler_conf_location(spec: BindingSpec, binding_namespace: str) -> tuple[
 
 def _scheduler_configmap(name: str, cms: Sequence[Mapping[str, Any]], d: Discovery) -> Mapping[str, Any] | None:
     if name:
-        # The admin named it for the scope sync; the scheduler reads the same document.
+        # The admin named it for the scope list; the scheduler reads the same document.
         named = next((cm for cm in cms if _meta(cm).get("name") == name), None)
         if named is None:
             d.messages.append(f"ConfigMap {name} (spec.scope.target.configMap.name) not found in {d.namespace}")

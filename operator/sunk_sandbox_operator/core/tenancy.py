@@ -21,8 +21,8 @@ from urllib.parse import urlsplit
 from ..api.spec import BindingSpec, LabelSelector, parse_spec
 from . import selectors
 from .redact import describe
-from .scope import glob_literals, is_literal
-from .target_ref import locate
+from .scope.membership import glob_literals, is_literal
+from .scope.target_ref import locate
 
 DEFAULT_API_URLS = ("https://api.coreweave.com",)
 DEFAULT_GRANT_ROLES = ("sunk-scheduler-sandbox",)  # the ClusterRole the operator may bind (manifests/rbac.yaml)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from ..api.spec import BindingSpec
+from ...api.spec import BindingSpec
 
 CONFIGMAP, APPLICATION, FLUX = "SchedulerConfigMap", "ArgoCDApplication", "FluxHelmRelease"
 

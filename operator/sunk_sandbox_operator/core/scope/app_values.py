@@ -30,10 +30,10 @@ import copy
 from dataclasses import dataclass
 from typing import Any, Callable, Literal, Mapping
 
-from ..api.reasons import ScopeSynced
-from . import scope_doc
-from .problems import Problem
-from .scope_doc import ListRead
+from ...api.reasons import ScopeSynced
+from . import doc as scope_doc
+from ..problems import Problem
+from .doc import ListRead
 
 Field = Literal["valuesObject", "values"]
 FIELD = "spec.scope.target.application"

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping
 
-DENIED_RECHECK_SECONDS = 5.0  # how soon a grant to a denied namespace is seen while syncs keep coming
+DENIED_RECHECK_SECONDS = 5.0  # how soon a grant to a denied namespace is seen while wakes keep coming
 
 # What a secondary scheduler needs in a namespace it watches (kube-scheduler's role is the model):
 # (verb, resource, subresource) in the core API group.
@@ -73,7 +73,7 @@ def plan_reviews(sa: tuple[str, str], p: Permits, *, periodic: bool, mine: list[
     One cluster-wide review first (at a resync, or when not answered yet); else one per namespace not
     answered and not `covered`: a confirmed one is not asked again while it stays listed, a denied one
     at a resync or at most every DENIED_RECHECK_SECONDS (not at every sync of a burst: that would ask
-    about every denied namespace once per write; the retry with backoff brings a sync when nothing else
+    about every denied namespace once per write; the retry with backoff brings a wake when nothing else
     does)."""
     if not sa[1]:
         return Reviews(before=p, after=p)
@@ -106,7 +106,7 @@ def second_round(reviews: Reviews, cluster: bool | None) -> tuple[str, ...]:
 def permits_after(reviews: Reviews, cluster: bool | None, answers: Mapping[str, bool | None],
                   granted: frozenset[str] | None) -> Permits:
     """The answers kept: the cluster-wide one, each namespace's, and the covered namespaces that hold
-    our RoleBinding after the sync (`granted`) as permitted."""
+    our RoleBinding after the wake (`granted`) as permitted."""
     every = everywhere(reviews, cluster)
     if every is None:
         return reviews.before  # nothing to check, or unknown this time: asked again at the next sync

@@ -7,6 +7,8 @@ server's answer or the document's error), with the transport error as its cause.
 (`kube.Conflict`) is not a failure: it passes as it is, for the retry. The scope pipeline's
 catch points (sync, Restore, leaving a target) turn a `TargetError` into the `Problem` that
 ScopeSynced or the SCOPE_NOT_RESTORED event reports with `classify`, this module's one table.
+
+`Finding` is what one scope loop keeps of a problem for ScopeSynced (`core.scope.report` ranks them).
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ from typing import Literal
 
 import yaml
 
-from ..api.keys import SCHEDULER_CONFIGMAP_LABEL
-from ..api.reasons import ScopeSynced, _Reason, grant_targets
-from .problems import Problem
+from ...api.keys import SCHEDULER_CONFIGMAP_LABEL
+from ...api.reasons import ScopeSynced, _Reason, grant_targets
+from ..conditions import Status
+from ..problems import Problem
 
 Op = Literal["build", "read", "write"]  # build: the target from the spec, before any request
 Cause = Literal[
@@ -28,7 +31,7 @@ Cause = Literal[
     "no-key",         # the ConfigMap has no such key
     "document",       # the document cannot take the new list: malformed YAML, or an edit it does not allow
     "refused",        # the document (or the edit's result) refused as untrusted input (core.untrusted)
-    "values",         # an Argo CD Application's Helm values, as core.app_values judged them (`reason`)
+    "values",         # an Argo CD Application's Helm values, as core.scope.app_values judged them (`reason`)
     "values-from-missing",      # the HelmRelease does not read the ConfigMap key in spec.valuesFrom
     "values-from-target-path",  # ... reads it only with a targetPath (a single flat value)
     "values-overridden",        # its inline spec.values sets the list's path over every valuesFrom entry
@@ -51,7 +54,21 @@ class TargetError:
     key: str | None = None       # the ConfigMap key holding the document
     path: str = ""               # the list's path in the document
     detail: str = ""             # the API server's message, the document's error, app_values' explanation
-    reason: _Reason | None = None  # "values": the reason core.app_values gave
+    reason: _Reason | None = None  # "values": the reason core.scope.app_values gave
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A problem one scope loop found, as ScopeSynced reports it: its reason, the message with the fix,
+    and the condition's status (Unknown for what is transient and not understood)."""
+
+    reason: str
+    message: str
+    status: Status = "False"
+
+    @classmethod
+    def of(cls, problem: Problem) -> "Finding":
+        return cls(problem.reason, problem.message)
 
 
 def classify(error: TargetError) -> Problem:

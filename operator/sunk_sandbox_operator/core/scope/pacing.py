@@ -10,13 +10,12 @@ unrolled past the interval's end.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Mapping
 
-from ..api.keys import SCOPE_ROLLED_AT_ANNOTATION
-from .pods import parse_time
-from .units import parse_go_duration
+from ...api.keys import SCOPE_ROLLED_AT_ANNOTATION
+from ..pods import parse_time
+from ..units import parse_go_duration
 
 DEFAULT_INTERVAL = 30.0
 
@@ -75,29 +74,3 @@ def rolled_later(workload: Mapping[str, Any] | None, known: str | None, now_iso:
     at = _iso(math.floor(seen))
     mono = monotonic_of(at, now_iso, now)
     return None if mono is None else (mono, at)
-
-
-@dataclass(frozen=True)
-class RollStep:
-    """What to do about the scheduler after a sync: roll now, in `wait` seconds, or nothing."""
-
-    now: bool = False
-    wait: float = 0.0
-
-
-def when_to_roll(*, can_roll: bool, restart: bool, observe: bool, roll_due: bool, periodic: bool,
-                 burst_goes_on: bool, last_roll: float | None, now: float, interval: float) -> RollStep:
-    """When is the scheduler rolled? The one answer.
-
-    - Never in Observe mode, with `restartScheduler: false`, or for a target whose own tool re-renders
-      the scheduler (Argo CD, Flux: the chart's checksum annotation rolls it).
-    - Not while a burst goes on (more changes already signalled): the burst's last write rolls once.
-    - After our write of the list (`roll_due`): at once when `interval` has passed since the last
-      roll, else folded into one roll at the interval's end.
-    - At a resync with nothing due: checked at once, level-triggered (the template is compared with
-      the list); a patch that check finds needed is rationed by `roll_wait` like any other.
-    """
-    if observe or not can_roll or not restart or burst_goes_on or not (roll_due or periodic):
-        return RollStep()
-    wait = roll_wait(last_roll, now, interval) if roll_due else 0.0
-    return RollStep(wait=wait) if wait > 0 else RollStep(now=True)

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from . import untrusted
+from .. import untrusted
 
 # The parse of a tenant-written text: bounded (untrusted.Refused), libyaml when present.
 load = untrusted.load

@@ -27,10 +27,11 @@ from typing import Any, Literal, Mapping
 
 import yaml
 
-from ..api.reasons import ScopeSynced
-from . import untrusted, yaml_splice
-from .redact import describe
-from .tenant_text import shown
+from ...api.reasons import ScopeSynced
+from .. import untrusted
+from . import yaml_splice
+from ..redact import describe
+from ..tenant_text import shown
 from .yaml_splice import Span
 
 ListStyle = Literal["list", "string", "missing"]

@@ -17,7 +17,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Container, Iterable, Mapping
 
-from ..api.keys import BINDING_LABEL, BINDING_UID_LABEL, MANAGED_BY_LABEL
+from ...api.keys import BINDING_LABEL, BINDING_UID_LABEL, MANAGED_BY_LABEL
 
 NAME_PREFIX = "sunk-scheduler-"
 

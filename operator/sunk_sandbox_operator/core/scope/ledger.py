@@ -27,7 +27,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from .tenant_text import load_json
+from ..tenant_text import load_json
 
 VERSION = 1
 COMPRESS_OVER = 16 * 1024
