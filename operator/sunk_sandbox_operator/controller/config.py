@@ -79,6 +79,15 @@ class Config:
     slurm_pending_seconds: float = 60.0
     slurm_pending_polls: int = 3
     slurm_timeout_seconds: float = 15.0
+    # The runner API budget (adapters/runnerapi/limiter.py): every binding's calls take a token from
+    # its own bucket (this rate per second, bursts of this many) before one of the process-wide 10/s;
+    # a call that would wait longer than the bound is refused (Throttled) and retried with backoff.
+    runner_api_binding_rate: float = 1.0
+    runner_api_binding_burst: int = 5
+    runner_api_max_wait_seconds: float = 30.0
+    # Reconcile requests (the reconcile-requested-at annotation) are honoured at most once per this
+    # many seconds per binding; those made meanwhile fold into one at the interval's end.
+    reconcile_request_interval_seconds: float = 5.0
 
     def tenancy(self) -> TenancyPolicy:
         """What bindings may ask. ValueError when --sandbox-namespace-selector does not parse."""
@@ -134,6 +143,10 @@ def load() -> Config:
         slurm_pending_seconds=_float("SSB_SLURM_PENDING_SECONDS", 60.0),
         slurm_pending_polls=int(_float("SSB_SLURM_PENDING_POLLS", 3)),
         slurm_timeout_seconds=_float("SSB_SLURM_TIMEOUT_SECONDS", 15.0),
+        runner_api_binding_rate=_float("SSB_RUNNER_API_BINDING_RATE", 1.0),
+        runner_api_binding_burst=int(_float("SSB_RUNNER_API_BINDING_BURST", 5)),
+        runner_api_max_wait_seconds=_float("SSB_RUNNER_API_MAX_WAIT_SECONDS", 30.0),
+        reconcile_request_interval_seconds=_float("SSB_RECONCILE_REQUEST_INTERVAL_SECONDS", 5.0),
     )
 
 

@@ -21,6 +21,8 @@ from ..adapters.kube import KubeAPI
 from ..adapters.kubehttp import KubeHTTP
 from ..adapters.metrics import Metrics
 from ..adapters.ownership import OwnershipStore
+from ..adapters.runnerapi.limiter import Budget
+from ..adapters.runnerapi.client import DEFAULT_LIMITER
 from ..api.events import EventReason
 from .caches import GrantCache, NamespaceCache, PodCache
 from .failpoints import Failpoints
@@ -87,6 +89,7 @@ class Context:
     # controller.slurm_poll.Pollers: the shared slurmrestd pollers, made on first use (slurm_poll.pollers);
     # not imported here (it reaches the placement wing, which needs this module).
     slurm: Any = None
+    runner_budget: Budget = field(init=False)  # each binding's share of the runner API's calls (built below)
 
     def __post_init__(self) -> None:
         if self.event_sink is None:
@@ -97,6 +100,9 @@ class Context:
         if self.depends is None:
             self.depends = Dependencies(self)
         self.timers = Timers(self.monotonic, self.sleep)
+        self.runner_budget = Budget(DEFAULT_LIMITER, self.config.runner_api_binding_rate,
+                                    self.config.runner_api_binding_burst, self.config.runner_api_max_wait_seconds,
+                                    clock=self.monotonic, sleep=self.sleep)
         self.tenancy = self.config.tenancy()
         self.bindings.excluded = self.tenancy.system
         self.bindings.bound = self.tenancy.namespace_bound

@@ -21,6 +21,7 @@ from ..adapters.ownership import OwnershipStore
 from ..adapters.podwire import PodPageDecoder
 from ..api import keys
 from ..api.events import EventReason
+from ..core import resync as resync_core
 from . import reconcile, watch
 from .config import Config, load
 from .caches import GrantCache
@@ -130,8 +131,35 @@ async def binding_loop(ctx: Context, body: dict, stopped: kopf.DaemonStopped) ->
         interval = reconcile.resync_seconds(state, ctx.config.min_resync_seconds)
         interval *= 1 + random.uniform(-ctx.config.resync_jitter, ctx.config.resync_jitter)
         woken = await _sleep_or_wake(state.wake, stopped, interval)
+        if woken and state.reconcile_request != state.handled_request:
+            await _fold_requests(ctx, state, stopped)
         # A reconcile request reads everything again, like a resync (its point is "check now").
         resync = not woken or state.reconcile_request != state.handled_request
+
+
+def _only_requested(state: BindingState) -> bool:
+    """Nothing but a reconcile request (or a dependency event) is pending: no spec change, no deletion."""
+    return state.generation == state.reconciled_generation and not state.body.get("metadata", {}).get(
+        "deletionTimestamp")
+
+
+async def _fold_requests(ctx: Context, state: BindingState, stopped: kopf.DaemonStopped) -> None:
+    """A reconcile request sooner than SSB_RECONCILE_REQUEST_INTERVAL_SECONDS after the last one honoured waits
+    for the interval's end; every request (and dependency event) arriving meanwhile folds into that one
+    reconcile. A spec change or a deletion ends the wait at once."""
+    while not stopped and _only_requested(state):
+        left = resync_core.request_wait(state.request_honoured_at, ctx.monotonic(),
+                                        ctx.config.reconcile_request_interval_seconds)
+        if left <= 0:
+            return
+        state.wake.clear()
+        waiters = [asyncio.ensure_future(state.wake.wait()), asyncio.ensure_future(stopped.wait()),
+                   asyncio.ensure_future(ctx.sleep(left))]
+        try:
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waiters:
+                w.cancel()
 
 
 async def _sleep_or_wake(wake: asyncio.Event, stopped: kopf.DaemonStopped, timeout: float) -> bool:

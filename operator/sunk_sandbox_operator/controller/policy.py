@@ -77,6 +77,7 @@ def client(ctx: Context, state: BindingState) -> rc.RunnerClient:
 
     calls = ctx.metrics.runner_api_calls
     mem.client = rc.RunnerClient(spec.runner.api_url, token, max_retries=2, backoff_max=2.0,
+                                 limiter=ctx.runner_budget.share(state.key),
                                  on_call=lambda method, code: calls.labels(method=method, code=code).inc())
     mem.client_key = key
     if old is not None:  # credentials changed: close the old client (kept referenced until done)
@@ -160,6 +161,8 @@ async def sync(ctx: Context, state: BindingState, scheduler_name: str | None, *,
         report = decide.conflict_exhausted(exc.attempts)
     except Problem as exc:
         report = decide.PolicyReport("False", exc.reason, exc.message)  # type: ignore[arg-type]  # only the token read raises here
+    except rc.Throttled as err:  # the operator's own budget: nothing was sent
+        report = decide.PolicyReport("False", PolicySynced.API_UNAVAILABLE, err.message)
     except rerr.RunnerAPIError as err:
         report = decide.api_error(err.code, err.message)
     except (k.KubeError, OSError) as exc:  # the ownership record: stays on this condition

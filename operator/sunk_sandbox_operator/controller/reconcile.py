@@ -98,6 +98,8 @@ async def reconcile(ctx: Context, state: BindingState, *, resync: bool = True) -
 
 async def _reconcile(ctx: Context, state: BindingState, resync: bool) -> None:
     # A reconcile request is handled by this reconcile: its status write records it.
+    if state.reconcile_request is not None and state.reconcile_request != state.handled_request:
+        state.request_honoured_at = ctx.monotonic()
     state.handled_request = state.reconcile_request or state.handled_request
     if state.live_spec is None:
         state.reconciled_generation = state.generation
@@ -210,6 +212,7 @@ def forget(ctx: Context, state: BindingState) -> None:
     """The binding is gone: stop its timers and tasks, drop its state (and so its metrics)."""
     state.close()
     ctx.bindings.forget(state.key)
+    ctx.runner_budget.forget(state.key)
     ctx.depends.refresh()
     if ctx.slurm is not None:
         ctx.slurm.refresh()

@@ -157,6 +157,7 @@ class BindingState:
     target_conflict: str | None = None                   # an older binding on our scope target disagrees
     reconciled_generation: int | None = None
     handled_request: str | None = None                   # the reconcile-requested-at value last handled
+    request_honoured_at: float | None = None             # when (monotonic) a reconcile last handled a new one
     failures: int = 0                                    # consecutive transient policy failures
     policy: PolicyMemory = field(default_factory=PolicyMemory)
     scope: ScopeMemory | None = None
