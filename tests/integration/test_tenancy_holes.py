@@ -212,6 +212,35 @@ def test_a_refused_binding_does_not_squat_another_tenants_runner(installed, oper
     assert installed.condition(ns, "b", "ScopeSynced")["reason"] != "RunnerConflict"
 
 
+def test_an_allowed_binding_with_no_token_does_not_squat_another_tenants_runner(installed, operator, emulator,
+                                                                                 binding_ns):
+    """Issue 31, finding 7: an allowed URL, the victim's runner id and a token Secret that does not exist,
+    created first (it is the older). It never proves it may manage the runner, so it blocks nobody: the
+    victim's later binding keeps the runner; the squatter is RunnerConflict and sends nothing."""
+    ns, p = binding_ns, prefix()
+    squatter = f"{p}-squat"
+    installed.create_namespace(squatter)
+    grant_operator(installed, squatter)                     # its own namespace, as the victim's: no Secret in it
+    runner = new_runner(emulator, {})
+    spec = binding_spec(runner, emulator)
+    spec["runner"]["tokenSecretRef"] = {"name": "does-not-exist"}
+    installed.create_binding(squatter, "b", spec)
+    installed.wait_condition(squatter, "b", "Ready", "False", timeout=30)
+    time.sleep(1.1)  # the victim's binding is younger (creation time has one-second resolution)
+    installed.create_binding(ns, "b", binding_spec(runner, emulator))
+    installed.wait_condition(ns, "b", "PolicySynced", "True", timeout=30)
+    assert installed.condition(ns, "b", "ScopeSynced")["reason"] != "RunnerConflict"
+    assert installed.binding(ns, "b")["status"]["runner"]["provenTime"]
+    wait_for(lambda: f"{ns}/b already manages runner {runner}" in (
+        (installed.condition(squatter, "b", "PolicySynced") or {}).get("message") or ""), 30,
+        lambda: str(installed.condition(squatter, "b", "PolicySynced")))
+    assert installed.condition(squatter, "b", "PolicySynced")["reason"] == "RunnerConflict"
+    assert installed.binding(squatter, "b")["status"]["runner"]["failure"] == "CredentialsMissing"
+    victim_calls = calls(emulator, runner)
+    assert victim_calls and all(c["code"] == "ok" for c in victim_calls)  # the owner's; the squatter sent none
+    assert_stays(lambda: installed.condition(ns, "b", "PolicySynced")["status"] == "True", 3)
+
+
 # ---------------------------------------------------------------- 8. wake amplification
 
 

@@ -22,10 +22,12 @@ from ..api.spec import BindingSpec
 from ..core import doctor_facts as f
 from ..core import node_room as room
 from ..core import scope as sc
-from ..core import scope_doc, selectors, slurm, tenancy
+from ..core import scope_doc, slurm, tenancy
 from ..core.pods import decode_pod
+from ..core import scheduler_objects as so
 from ..core.scheduler import Discovery, discover, scheduler_conf_location
 from . import grants, kube as k
+from .scheduler import read as scheduler_read
 from .bounded import gather_bounded
 from . import slurmrest as sr
 from ..core.quantity import parse_quantity
@@ -70,15 +72,13 @@ async def _scheduler(kube: k.KubeAPI, t: Target) -> tuple[Discovery, list[dict],
     """Discovery over the scheduler namespace's pods and ConfigMaps (and those ConfigMaps)."""
     ns = t.spec.scheduler_namespace(t.namespace)
     pod_selector = t.spec.scheduler.pod_selector
-    text = selectors.to_label_selector_string(pod_selector)
-    try:
-        pods = await kube.list_pods(ns, text or None)
-        cms = await kube.list_configmaps(ns)
-    except k.Forbidden as exc:
-        return discover(t.spec, t.namespace, [], []), [], _denied(f"list pods and ConfigMaps in {ns}", exc)
-    if text is None:  # not expressible server-side: filter here
-        pods = [p for p in pods if selectors.matches(pod_selector, (p.get("metadata") or {}).get("labels"))]
-    return discover(t.spec, t.namespace, pods, cms), cms, None
+    # The operator's own bounded read: paginated, each object reduced to what discovery reads.
+    objs = await scheduler_read(kube, ns, pod_selector, named=scheduler_conf_location(t.spec, t.namespace)[:2])
+    if objs.denied is not None:
+        return discover(t.spec, t.namespace, [], []), [], _denied(f"list pods and ConfigMaps in {ns}", objs.denied)
+    d = discover(t.spec, t.namespace, objs.pods, objs.configmaps)
+    d.errors.extend(s.note(ns, so.DEFAULT_MAX_OBJECT_BYTES) for s in objs.skipped)
+    return d, objs.configmaps, None
 
 
 def _scope(t: Target, d: Discovery, cms: list[dict]) -> f.Scope | None:

@@ -2,10 +2,11 @@
 screened and decided by core/admission.py, the cross-object facts read here.
 
 Runs in every replica (see adapters/webhook.py for why not kopf's webhook server): nothing here
-writes, so the write gate stays shut on a standby. The facts are read with the operator's own
-client under its RBAC: every binding (list, cluster-wide) and the token Secret (get, only where an
-admin bound the secret reader; Forbidden is a fact too). Each read is bounded by FACTS_TIMEOUT, well
-inside the webhook's timeoutSeconds, and one that fails or is late is Unknown: no warning.
+writes, so the write gate stays shut on a standby. The facts: the bindings on the same runner or
+target, from the binding cache (controller/binding_cache.py, fed in every replica: no LIST per
+review), and the token Secret, read with the operator's own client under its RBAC (get, only where
+an admin bound the secret reader; Forbidden is a fact too), bounded by FACTS_TIMEOUT, well inside
+the webhook's timeoutSeconds: one that fails or is late is Unknown, no warning.
 The Secret's value is never decoded or kept (`Kube.secret_has_key`).
 """
 
@@ -18,6 +19,9 @@ from ..adapters import kube as k
 from ..adapters.webhook import WebhookServer
 from ..api.spec import BindingSpec
 from ..core import admission as adm
+from ..core import conflicts
+from ..core.target_ref import locate
+from .binding_cache import BindingCache
 from .context import Context
 
 log = logging.getLogger("sunk_sandbox_operator")
@@ -34,16 +38,25 @@ async def _secret(kube: k.KubeAPI, namespace: str, name: str, key: str) -> adm.S
         return adm.SecretFact.FORBIDDEN
 
 
-async def gather(kube: k.KubeAPI, namespace: str, spec: BindingSpec, timeout: float = FACTS_TIMEOUT) -> adm.Facts:
+def bindings(cache: BindingCache, namespace: str, spec: BindingSpec) -> list[dict] | None:
+    """The allowed bindings on the spec's runner or scope target, from the cache (None before its
+    first LIST is in: nothing is warned about then)."""
+    if not cache.ready:
+        return None
+    target = locate(spec, namespace).key_tuple
+    found = {conflicts.ref(b): b for b in (*cache.on_runner(spec.runner.id), *cache.on_target(target))}
+    return list(found.values())
+
+
+async def gather(kube: k.KubeAPI, cache: BindingCache, namespace: str, spec: BindingSpec,
+                 timeout: float = FACTS_TIMEOUT) -> adm.Facts:
     ref = spec.runner.token_secret_ref
-    bindings, secret = await asyncio.gather(asyncio.wait_for(kube.list_bindings(), timeout),
-                                            asyncio.wait_for(_secret(kube, namespace, ref.name, ref.key), timeout),
-                                            return_exceptions=True)
-    for what, got in (("listing bindings", bindings), ("reading the token Secret", secret)):
-        if isinstance(got, BaseException):
-            log.info("admission: %s failed (%s); not warned about", what, type(got).__name__)
-    return adm.Facts(bindings=None if isinstance(bindings, BaseException) else bindings,
-                     secret=secret if isinstance(secret, adm.SecretFact) else adm.SecretFact.UNKNOWN)
+    try:
+        secret = await asyncio.wait_for(_secret(kube, namespace, ref.name, ref.key), timeout)
+    except Exception as exc:  # noqa: BLE001 - any failure is Unknown: no warning
+        log.info("admission: reading the token Secret failed (%s); not warned about", type(exc).__name__)
+        secret = adm.SecretFact.UNKNOWN
+    return adm.Facts(bindings=bindings(cache, namespace, spec), secret=secret)
 
 
 async def review(ctx: Context, body: dict) -> dict:
@@ -54,7 +67,8 @@ async def review(ctx: Context, body: dict) -> dict:
         decision = screened.final
     else:
         assert screened.spec is not None
-        decision = adm.admitted(req, screened.spec, await gather(ctx.kube, req.namespace, screened.spec))
+        facts = await gather(ctx.kube, ctx.binding_cache, req.namespace, screened.spec)
+        decision = adm.admitted(req, screened.spec, facts)
     if not decision.allowed:
         log.info("admission: %s %s/%s denied: %s", req.operation, req.namespace, req.name, decision.message)
     elif decision.warnings:

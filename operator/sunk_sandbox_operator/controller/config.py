@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..core import resync, selectors
+from ..core import scheduler_objects as so
 from ..core.tenancy import DEFAULT_API_URLS, DEFAULT_GRANT_ROLES, TenancyPolicy, check_allowed_urls, parse_reach
 
 
@@ -50,6 +51,9 @@ class Config:
     failpoints: str = ""
     # Items per LIST page of the Namespace and Pod informers (bounded memory while listing).
     list_page_size: int = 500
+    # What discovery keeps of one tenant-written ConfigMap or Pod in the scheduler's namespace (the keys
+    # and fields it reads, in bytes): one over it is skipped and named in SchedulerReady.
+    max_object_bytes: int = so.DEFAULT_MAX_OBJECT_BYTES
     # Deletion with Restore: attempts, and seconds between them, before the binding is released
     # anyway (with a Warning event) so a permanent error never leaves it Terminating forever.
     restore_retries: int = 30
@@ -118,6 +122,7 @@ def load() -> Config:
         metrics_port=int(_float("SSB_METRICS_PORT", 0)),
         metrics_address=os.environ.get("SSB_METRICS_ADDRESS") or "0.0.0.0",
         list_page_size=int(_float("SSB_LIST_PAGE_SIZE", 500)),
+        max_object_bytes=int(_float("SSB_MAX_OBJECT_BYTES", so.DEFAULT_MAX_OBJECT_BYTES)),
         operator_namespace=os.environ.get("POD_NAMESPACE") or os.environ.get("SSB_OPERATOR_NAMESPACE")
         or "sunk-sandbox-operator-system",
         failpoints=os.environ.get("SSB_FAILPOINTS", ""),

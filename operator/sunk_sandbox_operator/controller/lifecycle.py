@@ -81,6 +81,12 @@ async def start(logger: logging.Logger, config: Config | None = None) -> Context
                         grants.apply, grants.keys, page_size=config.list_page_size, name="grant RoleBinding informer")
     grants.listed = informer.ready.is_set
     ctx.informers.append(informer)
+    # Every binding (runner conflicts, the webhook's facts), in every replica: a reconcile or a review
+    # reads the few it needs there instead of listing them all.
+    informer = Informer(http, Resource(f"/apis/{keys.GROUP}/{keys.VERSION}/{keys.PLURAL}"), ctx.binding_cache.apply,
+                        ctx.binding_cache.keys, page_size=config.list_page_size, name="binding informer")
+    ctx.binding_cache.listed = informer.ready.is_set
+    ctx.informers.append(informer)
     gc.disable()  # until the initial LISTs are in (Context.collect_after_lists: why, and the bound)
     ctx.tasks = [asyncio.create_task(i.run(), name=i.name) for i in ctx.informers]
     ctx.tasks.append(asyncio.create_task(ctx.collect_after_lists(), name="GC after the initial LISTs"))
@@ -102,11 +108,11 @@ async def stop(ctx: Context) -> None:
 
 def binding_event(ctx: Context, event_type: str | None, body: dict) -> None:
     if event_type == "DELETED":
-        # The binding is gone (its finalizer done): a younger binding on its runner takes over now.
+        # The binding is gone (its finalizer done): a binding it kept out of its runner takes over now.
         runner = ((body.get("spec") or {}).get("runner") or {}).get("id")
-        for other in ctx.bindings:
-            if other.conflict and other.spec is not None and other.spec.runner.id == runner:
-                other.wake.set()
+        if isinstance(runner, str):
+            meta = body.get("metadata") or {}
+            ctx.runner_changed(runner, f"{meta.get('namespace')}/{meta.get('name')}")
         return
     state = ctx.bindings.ensure(body)
     # Our own status patches come back as events too: only a spec change (generation), a reconcile

@@ -152,7 +152,9 @@ class BindingState:
     parts: dict[str, Part] = field(default_factory=dict)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     discovery: Discovery | None = None
-    conflict: str | None = None                          # the older binding on our runner, if any
+    conflict: str | None = None                          # the binding that keeps our runner, if not us
+    runner_proof: dict | None = None                     # status.runner as recorded, until written
+    claims_warned: frozenset[str] = frozenset()          # unproven bindings naming our runner, told in an event
     conflict_checked: bool = False                       # a reconcile has looked (scope signals wait for it)
     target_conflict: str | None = None                   # an older binding on our scope target disagrees
     reconciled_generation: int | None = None
