@@ -82,7 +82,7 @@ async def test_reads_send_the_paths_and_selectors(kube, http) -> None:
         ("GET", "/apis/rbac.authorization.k8s.io/v1/rolebindings", {"labelSelector": "sunksandbox.dev/binding=slurm.b"}),
         ("GET", "/apis/argoproj.io/v1alpha1/namespaces/argocd/applications/app", {}),
         ("GET", "/apis/helm.toolkit.fluxcd.io/v2/namespaces/flux/helmreleases/hr", {}),
-        ("GET", "/apis/apps/v1/namespaces/slurm/statefulsets", {})]
+        ("GET", "/apis/apps/v1/namespaces/slurm/statefulsets", {"limit": "50"})]
 
 
 @pytest.mark.parametrize(("kind", "path"), [

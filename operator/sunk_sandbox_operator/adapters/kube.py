@@ -124,6 +124,7 @@ def kind_path(kind: str, namespace: str, name: str = "") -> str:
 
 OURS = {"fieldManager": keys.FIELD_MANAGER}
 PAGE_SIZE = 500  # items per page of a paginated LIST
+WORKLOAD_PAGE_SIZE = 50  # Deployments / StatefulSets of a tenant's namespace (each may be large)
 RBAC = "rbac.authorization.k8s.io"
 
 
@@ -221,10 +222,11 @@ class Kube:
         return bool((answer.get("status") or {}).get("allowed"))
 
     async def list_statefulsets(self, namespace: str) -> list[dict]:
-        return await self._items(ns_path(namespace, "statefulsets", group="apps"))
+        """Paginated (a tenant's namespace: no one answer is unbounded)."""
+        return await self._pages(ns_path(namespace, "statefulsets", group="apps"), {}, page_size=WORKLOAD_PAGE_SIZE)
 
     async def list_deployments(self, namespace: str) -> list[dict]:
-        return await self._items(ns_path(namespace, "deployments", group="apps"))
+        return await self._pages(ns_path(namespace, "deployments", group="apps"), {}, page_size=WORKLOAD_PAGE_SIZE)
 
     async def get_application(self, namespace: str, name: str) -> dict:
         return await self._get(kind_path("Application", namespace, name))
