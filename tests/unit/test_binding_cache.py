@@ -70,3 +70,29 @@ def test_ten_thousand_bindings_cost_a_reconcile_only_those_on_its_runner() -> No
         c.apply("ADDED", binding_body(f"b{i}", f"ns{i % 100}", uid=f"u{i}",
                                       runner={"id": f"r{i}", "tokenSecretRef": {"name": "s"}}))
     assert [b["metadata"]["name"] for b in c.on_runner("r42")] == ["b42"]
+
+
+async def test_every_replica_feeds_the_cache_from_its_own_watch(tmp_path, monkeypatch) -> None:
+    """Started by lifecycle.start, before and whatever the leader election (the standby answers the
+    webhook too): one informer of the bindings whose sink is the cache, and the cache is ready when it
+    has listed; readiness (/readyz) and the first reconcile wait for it like the other informers."""
+    import logging
+
+    import yaml
+
+    from sunk_sandbox_operator.controller import lifecycle
+    from sunk_sandbox_operator.controller.config import Config
+    from tests.unit.test_kubeconfig import doc
+
+    path = tmp_path / "config"
+    path.write_text(yaml.safe_dump(doc({"server": "http://127.0.0.1:9"}, {"token": "t"})))
+    monkeypatch.setenv("KUBECONFIG", str(path))
+    ctx = await lifecycle.start(logging.getLogger("test"), Config())
+    try:
+        (informer,) = [i for i in ctx.informers if i.resource.path == "/apis/sunksandbox.dev/v1alpha1/sunksandboxbindings"]
+        assert informer.sink == ctx.binding_cache.apply and not informer.resource.metadata_only
+        assert not ctx.binding_cache.ready
+        informer.ready.set()
+        assert ctx.binding_cache.ready
+    finally:
+        await lifecycle.stop(ctx)
