@@ -15,7 +15,7 @@ from sunk_sandbox_operator.controller import depends, reconcile
 from sunk_sandbox_operator.controller.depends import Watched
 from sunk_sandbox_operator.core import scheduler_objects as so
 
-from tests.unit.fakes import FakeKube, harness_fixture  # noqa: F401
+from tests.unit.fakes import harness_fixture, settle  # noqa: F401
 from tests.unit.test_kube import Recorder
 from tests.unit.test_reconcile import NS, cluster, conditions, new_binding
 
@@ -144,3 +144,31 @@ async def test_a_reconcile_reads_the_watches_not_a_list_whatever_the_number_of_c
     await reconcile.reconcile(h.ctx, state)
     assert state.discovery.slurm_configmaps == ("slurm-conf",)
     assert [c[0] for c in h.kube.calls if c[0] in ("list_configmaps", "list_pods")] == []
+
+
+async def test_a_first_reconcile_waits_for_the_watches_it_starts_and_lists_nothing_itself(harness) -> None:
+    """The first reconcile starts the scheduler namespace's watches and reads what their first LIST
+    brings (one LIST of the namespace, not two); a watch that has not listed long after its start
+    (refused, failing) is not waited for: one bounded read says why."""
+    h = harness()
+    cluster(h)
+    state, runner = new_binding(h)
+    h.ctx.http = object()
+    h.ctx.depends = depends.Dependencies(h.ctx, start=lambda informer: asyncio.ensure_future(asyncio.sleep(3600)))
+    task = asyncio.ensure_future(reconcile.reconcile(h.ctx, state))
+    await settle()
+    assert not task.done() and {w.kind for w in h.ctx.depends.watches} == {"ConfigMap", "Pod"}
+    for w in h.ctx.depends.watches:                     # their first LIST arrives
+        kind = {"ConfigMap": "configmaps", "Pod": "pods"}[w.kind]
+        for obj in list(h.kube.store[kind].values()):
+            h.ctx.depends.event(w, "ADDED", obj)
+        h.ctx.depends._running[w][0].ready.set()
+    await task
+    assert [c for c in h.kube.calls if c[0] in ("list_configmaps", "list_pods")] == []
+    assert conditions(h)["SchedulerReady"] == ("True", "SchedulerFound") and runner.updates == 1
+    # A watch that never listed (here: the Pod one, as if refused), past the wait: read, not waited for.
+    pods = next(w for w in h.ctx.depends.watches if w.kind == "Pod")
+    h.ctx.depends._running[pods][0].ready.clear()
+    await h.clock.advance(depends.FIRST_LIST_WAIT_SECONDS + 1)
+    await reconcile.reconcile(h.ctx, state)
+    assert [c[0] for c in h.kube.calls if c[0] in ("list_configmaps", "list_pods")] == ["list_pods", "list_configmaps"]

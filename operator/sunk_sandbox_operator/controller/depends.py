@@ -43,6 +43,8 @@ log = logging.getLogger("sunk_sandbox_operator")
 
 # Events closer together than this make one reconcile (a Helm upgrade touches several objects).
 KICK_SECONDS = 0.2
+# A binding's first reconcile waits this long at most for the scheduler namespace's watches to list.
+FIRST_LIST_WAIT_SECONDS = 30.0
 OWN_WRITES_KEPT = 64  # per object: more than the writes of one burst whose echoes are still on the way
 
 ObjKey = tuple[str, str, str]  # (kind, namespace, name)
@@ -141,6 +143,7 @@ class Dependencies:
         self.ctx = ctx
         self._start = start
         self._running: dict[Watched, tuple[Informer, asyncio.Task, dict[str, str], Digest | None]] = {}
+        self._started: dict[Watched, float] = {}  # when each running watch was started (ctx.monotonic)
         ctx.metrics.dependency_watches.set_function(lambda: len(self._running))
         ctx.metrics.dependency_objects.set_function(self.objects)
         # The resourceVersions of the operator's recent writes to each object: their echoes wake
@@ -182,6 +185,7 @@ class Dependencies:
         for w in list(self._running):
             if w not in want:
                 self._running.pop(w)[1].cancel()
+                self._started.pop(w, None)
         if self.ctx.http is None:
             return  # unit tests: no API connection; `event` is called directly
         for w in want - self._running.keys():
@@ -193,6 +197,7 @@ class Dependencies:
                 lambda i: asyncio.create_task(self._run(w, i), name=i.name))
             digest = Digest(w.kind, self.ctx.config.max_object_bytes) if w.digested else None
             self._running[w] = (informer, start(informer), seen, digest)
+            self._started[w] = self.ctx.monotonic()
 
     async def _run(self, watched: Watched, informer: Informer) -> None:
         """Run the informer; once its first LIST is in, wake the bindings that need it: a change made
@@ -228,6 +233,29 @@ class Dependencies:
             if concerns(state, watched, name, meta.get("labels")):
                 kick(self.ctx, state, (watched.kind, watched.namespace, name), rv)
 
+    async def listed_scheduler_objects(self, namespace: str, pod_selector: LabelSelector,
+                                       wait: float) -> sched.SchedulerObjects | None:
+        """`scheduler_objects`, the watches started first if none runs yet. Watches started less than
+        `wait` seconds ago are waited for (a binding's first reconcile reads what they list rather than
+        list the namespace a second time); an older one that has not listed (refused, failing) is not."""
+        self.refresh()
+        keys = (Watched("Pod", namespace, selectors.to_label_selector_string(pod_selector) or None),
+                Watched("ConfigMap", namespace))
+        running = [self._running.get(w) for w in keys]
+        pending = [asyncio.ensure_future(r[0].ready.wait()) for r in running if r is not None and not r[0].ready.is_set()]
+        left = max((self._started.get(w, 0.0) for w in keys), default=0.0) + wait - self.ctx.monotonic()
+        if pending and None not in running and left > 0:
+            timer = asyncio.ensure_future(self.ctx.sleep(left))
+            listed = asyncio.ensure_future(asyncio.gather(*pending))
+            try:
+                await asyncio.wait((listed, timer), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                timer.cancel()
+                listed.cancel()
+        for p in pending:
+            p.cancel()
+        return self.scheduler_objects(namespace, pod_selector)
+
     def scheduler_objects(self, namespace: str, pod_selector: LabelSelector) -> sched.SchedulerObjects | None:
         """The scheduler namespace's Pods (by the selector) and ConfigMaps as their watches hold them
         (None until both have their first LIST in: discovery then lists them itself, once)."""
@@ -251,6 +279,7 @@ class Dependencies:
         for t in tasks:
             t.cancel()
         self._running.clear()
+        self._started.clear()
         return tasks
 
 

@@ -16,7 +16,7 @@ from ..api.reasons import CONDITION_TYPES, Common, PolicySynced
 from ..core import conflicts, resync, scheduler, tenancy
 from ..core.compose import Part
 from ..core.policy_decide import TRANSIENT
-from . import grants, placement, policy, runner_proof, scope, slurm, slurm_poll
+from . import depends, grants, placement, policy, runner_proof, scope, slurm, slurm_poll
 from .context import Context
 from .retry import FAILURE_BACKOFF
 from .state import BindingState
@@ -38,11 +38,12 @@ def resync_seconds(state: BindingState, minimum: float) -> float:
 
 async def discover(ctx: Context, state: BindingState) -> scheduler.Discovery:
     """Over the scheduler namespace's Pods and ConfigMaps as their watches hold them (reduced to what
-    discovery reads: no LIST per reconcile), or, before those watches have listed, one bounded read."""
+    discovery reads: no LIST per reconcile; a first reconcile starts them and waits for their first
+    LIST), or, when they cannot list (refused, failing), one bounded read that says why."""
     spec = state.admitted_spec
     ns, cap = spec.scheduler_namespace(state.namespace), ctx.config.max_object_bytes
     named = scheduler.scheduler_conf_location(spec, state.namespace)[:2]
-    objs = ctx.depends.scheduler_objects(ns, spec.scheduler.pod_selector)
+    objs = await ctx.depends.listed_scheduler_objects(ns, spec.scheduler.pod_selector, depends.FIRST_LIST_WAIT_SECONDS)
     if objs is None:
         objs = await sched.read(ctx.kube, ns, spec.scheduler.pod_selector, cap, named)
     elif named[0]:
