@@ -159,6 +159,20 @@ async def test_errors_back_off_and_never_give_up(caplog) -> None:
     assert slept == [1.0, 2.0, 3.0]                                         # consecutive failures grow the delay
     assert informer.lists == 1 and informer.ready.is_set()
     assert "etcd" in caplog.text and "no list" in caplog.text and "connection reset" in caplog.text
+    assert informer.failed.is_set()        # the last attempt (the watch) failed: nobody should wait on it
+
+
+async def test_a_refused_list_says_so_until_one_succeeds() -> None:
+    """`failed`: a first reconcile waiting for this watch's LIST stops waiting (and reads, and says why)."""
+    http = FakeHTTP(pages=[k.Forbidden("no list"), {"items": [], "metadata": {"resourceVersion": "1"}}], watches=[])
+    seen: list[bool] = []
+
+    async def sleep(delay: float) -> None:
+        seen.append(informer.failed.is_set())
+
+    informer = Informer(http, Resource("/api/v1/pods"), Sink(), lambda: [], sleep=sleep)
+    await run(informer, http)
+    assert seen == [True] and informer.ready.is_set() and not informer.failed.is_set()
 
 
 async def test_metadata_only_resources_ask_for_partial_objects() -> None:

@@ -172,3 +172,21 @@ async def test_a_first_reconcile_waits_for_the_watches_it_starts_and_lists_nothi
     await h.clock.advance(depends.FIRST_LIST_WAIT_SECONDS + 1)
     await reconcile.reconcile(h.ctx, state)
     assert [c[0] for c in h.kube.calls if c[0] in ("list_configmaps", "list_pods")] == ["list_pods", "list_configmaps"]
+
+
+async def test_a_first_reconcile_does_not_wait_for_a_watch_that_failed(harness) -> None:
+    """RBAC refuses the ConfigMaps of the namespace: the watch fails, the reconcile stops waiting at once
+    and its own read says which RoleBinding to add."""
+    h = harness()
+    cluster(h)
+    h.kube.deny("list_configmaps", NS)
+    state, runner = new_binding(h)
+    h.ctx.http = object()
+    h.ctx.depends = depends.Dependencies(h.ctx, start=lambda informer: asyncio.ensure_future(asyncio.sleep(3600)))
+    task = asyncio.ensure_future(reconcile.reconcile(h.ctx, state))
+    await settle()
+    assert not task.done()
+    cms = next(w for w in h.ctx.depends.watches if w.kind == "ConfigMap")
+    h.ctx.depends._running[cms][0].failed.set()       # its LIST was refused
+    await task
+    assert conditions(h)["SchedulerReady"] == ("False", "Forbidden") and h.clock.now < 1000 + 1

@@ -49,6 +49,7 @@ class Informer:
         self.page_size, self.watch_timeout, self.name = page_size, watch_timeout, name
         self._sleep, self._retry_delay = sleep, retry_delay
         self.ready = asyncio.Event()      # set once the first complete LIST is in the sink
+        self.failed = asyncio.Event()     # set while its last attempt failed (refused, unreachable): don't wait
         self.resource_version: str | None = None
         self.lists = 0                    # LISTs done (1 + relists after 410)
         self.events = 0                   # watch events handed to the sink
@@ -97,6 +98,7 @@ class Informer:
             ns, _, name = key.rpartition("/")
             self.sink("DELETED", {"metadata": {"namespace": ns, "name": name} if ns else {"name": name}})
         self.lists += 1
+        self.failed.clear()
         self.ready.set()
 
     async def _watch(self) -> None:
@@ -132,9 +134,11 @@ class Informer:
                 need_list = need_list or exc.code == 410
                 if exc.code != 410:
                     failures += 1
+                    self.failed.set()
                     log.warning("%s: %s; retrying", self.name, exc)
                     await self._sleep(self._retry_delay(failures))
             except (k.Forbidden, OSError, asyncio.TimeoutError, ValueError, Exception) as exc:  # noqa: B014
                 failures += 1
+                self.failed.set()
                 log.warning("%s: %s: %s; retrying", self.name, type(exc).__name__, exc)
                 await self._sleep(self._retry_delay(failures))

@@ -237,23 +237,23 @@ class Dependencies:
                                        wait: float) -> sched.SchedulerObjects | None:
         """`scheduler_objects`, the watches started first if none runs yet. Watches started less than
         `wait` seconds ago are waited for (a binding's first reconcile reads what they list rather than
-        list the namespace a second time); an older one that has not listed (refused, failing) is not."""
+        list the namespace a second time), unless one failed (refused, unreachable): then, as for an older
+        one that has not listed, discovery reads the namespace itself and says why."""
         self.refresh()
         keys = (Watched("Pod", namespace, selectors.to_label_selector_string(pod_selector) or None),
                 Watched("ConfigMap", namespace))
-        running = [self._running.get(w) for w in keys]
-        pending = [asyncio.ensure_future(r[0].ready.wait()) for r in running if r is not None and not r[0].ready.is_set()]
+        running = [r for r in map(self._running.get, keys) if r is not None]
+        unlisted = [r[0] for r in running if not r[0].ready.is_set()]
         left = max((self._started.get(w, 0.0) for w in keys), default=0.0) + wait - self.ctx.monotonic()
-        if pending and None not in running and left > 0:
-            timer = asyncio.ensure_future(self.ctx.sleep(left))
-            listed = asyncio.ensure_future(asyncio.gather(*pending))
+        if len(running) == len(keys) and unlisted and left > 0 and not any(i.failed.is_set() for i in unlisted):
+            listed = asyncio.ensure_future(asyncio.gather(*(i.ready.wait() for i in unlisted)))
+            stops = [asyncio.ensure_future(self.ctx.sleep(left)), listed,
+                     *(asyncio.ensure_future(i.failed.wait()) for i in unlisted)]
             try:
-                await asyncio.wait((listed, timer), return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait(stops, return_when=asyncio.FIRST_COMPLETED)
             finally:
-                timer.cancel()
-                listed.cancel()
-        for p in pending:
-            p.cancel()
+                for stop in stops:
+                    stop.cancel()
         return self.scheduler_objects(namespace, pod_selector)
 
     def scheduler_objects(self, namespace: str, pod_selector: LabelSelector) -> sched.SchedulerObjects | None:
