@@ -132,6 +132,8 @@ async def test_a_reconcile_reads_the_watches_not_a_list_whatever_the_number_of_c
     for i in range(10_000):
         h.kube.add("configmaps", cm(f"noise-{i}", {"n": str(i)}))
     _watching(h)
+    kept = h.ctx.depends._running[Watched("ConfigMap", NS)][3].records
+    assert set(kept) == {"slurm-scheduler-config"}             # the 10,000 hold nothing discovery reads: not kept
     h.kube.calls.clear()
     for _ in range(3):
         await reconcile.reconcile(h.ctx, state)

@@ -50,7 +50,8 @@ async def read(kube: k.KubeAPI, namespace: str, pod_selector: LabelSelector, cap
         out.denied = exc
         return out
     out.pods, skipped_pods = so.split(pods, cap)
-    out.configmaps, skipped_cms = so.split(cms, cap)
+    kept = [c for c in cms if so.relevant(c) or c["metadata"]["name"] == named[0]]  # the named one, even without its key
+    out.configmaps, skipped_cms = so.split(kept, cap)
     out.skipped = skipped_pods + skipped_cms
     return out
 

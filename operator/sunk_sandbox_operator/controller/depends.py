@@ -71,8 +71,8 @@ class Watched:
 
 
 class Digest:
-    """What a ConfigMap or Pod watch keeps of each object, by name: core/scheduler_objects.py's
-    reduction (or Skipped, when what discovery reads of it is over the cap)."""
+    """What a ConfigMap or Pod watch keeps of each object discovery reads, by name: core/scheduler_objects.py's
+    reduction (or Skipped, when what discovery reads of it is over the cap); the others are not kept."""
 
     def __init__(self, kind: str, cap: int) -> None:
         self.kind, self.cap = kind, cap
@@ -80,12 +80,12 @@ class Digest:
 
     def apply(self, event_type: str, body: dict) -> None:
         name = (body.get("metadata") or {}).get("name") or ""
-        if event_type == "DELETED":
+        reduced = None if event_type == "DELETED" else (
+            so.reduce_configmap(body, self.cap) if self.kind == "ConfigMap" else so.reduce_pod(body, self.cap))
+        if reduced is not None and so.relevant(reduced):
+            self.records[name] = reduced
+        else:  # deleted, or nothing discovery reads (any longer): not kept
             self.records.pop(name, None)
-        elif self.kind == "ConfigMap":
-            self.records[name] = so.reduce_configmap(body, self.cap)
-        else:
-            self.records[name] = so.reduce_pod(body, self.cap)
 
 
 def scheduler_namespace(state: BindingState) -> str | None:

@@ -129,6 +129,12 @@ def reduce_pod(obj: Mapping[str, Any], cap: int) -> dict[str, Any] | Skipped:
     return {"metadata": pod_meta, "spec": pod_spec, "status": {"conditions": ready}}
 
 
+def relevant(reduced: Mapping[str, Any] | Skipped) -> bool:
+    """Does discovery read anything of it? A ConfigMap without a key it reads does not (most of a
+    tenant's ConfigMaps): it is not kept at all, so a namespace's 10,000 cost nothing per reconcile."""
+    return isinstance(reduced, Skipped) or "spec" in reduced or bool(reduced.get("data"))
+
+
 def size_of(reduced: Mapping[str, Any]) -> int:
     """What a reduced object costs against the namespace's budget."""
     return _text_size(reduced.get("data") or reduced.get("spec") or {})
