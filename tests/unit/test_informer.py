@@ -224,3 +224,20 @@ async def test_the_gc_is_paused_for_the_initial_lists_and_never_past_the_limit(l
     finally:
         gc.enable()
         gc.unfreeze()
+
+
+async def test_pages_grow_or_shrink_to_their_byte_target() -> None:
+    """A tenant's objects listed in full: the first page asks for few, the next ones for as many as fit
+    the target by the size of what came (hundreds of small ConfigMaps a page, a few of 1 MiB)."""
+    small = [{"metadata": {"namespace": "t", "name": f"s{i}"}, "data": {"n": "1"}} for i in range(2000)]
+    big = [{"metadata": {"namespace": "t", "name": f"b{i}"}, "data": {"x": "y" * 100_000}} for i in range(30)]
+    pages: list[dict] = []
+    for i, chunk in enumerate([small[:8], small[8:1008], small[1008:], big[:10], big[10:30]]):
+        pages.append({"items": chunk, "metadata": {"continue": f"c{i}"} if i < 4 else {"resourceVersion": "9"}})
+    http = FakeHTTP(pages=pages, watches=[])
+    informer = Informer(http, Resource("/api/v1/namespaces/t/configmaps", page_bytes=1_000_000, max_page_size=1000),
+                        Sink(), lambda: [], page_size=8)
+    await run(informer, http)
+    limits = [int(params["limit"]) for _, params, _ in http.gets]
+    assert limits[0] == 8 and limits[1] == 1000 and limits[2] == 1000   # small items: up to max_page_size
+    assert limits[4] == 9                                               # 100 kB items: nine fit 1 MB

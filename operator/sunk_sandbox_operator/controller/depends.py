@@ -43,6 +43,8 @@ log = logging.getLogger("sunk_sandbox_operator")
 
 # Events closer together than this make one reconcile (a Helm upgrade touches several objects).
 KICK_SECONDS = 0.2
+# What a LIST page of ConfigMaps or Pods in full should hold (8 of 1 MiB, or hundreds of small ones).
+PAGE_BYTES = 4 * 1024 * 1024
 # A binding's first reconcile waits this long at most for the scheduler namespace's watches to list.
 FIRST_LIST_WAIT_SECONDS = 30.0
 OWN_WRITES_KEPT = 64  # per object: more than the writes of one burst whose echoes are still on the way
@@ -61,12 +63,15 @@ class Watched:
         """Watched in full and reduced to what discovery reads (ConfigMaps, Pods), not as metadata."""
         return self.kind in ("ConfigMap", "Pod")
 
-    def resource(self) -> Resource:
+    def resource(self, max_page_size: int = 500) -> Resource:
+        """Objects in full are listed a few a page to start with (a tenant's ConfigMap may be 1 MiB, and a
+        page is held at once), then as many as fit in PAGE_BYTES."""
         return Resource(k.kind_path(self.kind, self.namespace), label_selector=self.selector,
-                        metadata_only=not self.digested)
+                        metadata_only=not self.digested, page_bytes=PAGE_BYTES if self.digested else None,
+                        max_page_size=max_page_size)
 
     def page_size(self, default: int) -> int:
-        """Objects per page of its LIST: a tenant's ConfigMap may be 1 MiB, and a page is held at once."""
+        """Objects in its first LIST page."""
         return {"ConfigMap": sched.CONFIGMAP_PAGE_SIZE, "Pod": sched.POD_PAGE_SIZE}.get(self.kind, default)
 
 
@@ -190,8 +195,9 @@ class Dependencies:
             return  # unit tests: no API connection; `event` is called directly
         for w in want - self._running.keys():
             seen: dict[str, str] = {}
-            informer = Informer(self.ctx.http, w.resource(), functools.partial(self.event, w),
-                                seen.keys, page_size=w.page_size(self.ctx.config.list_page_size),
+            pages = self.ctx.config.list_page_size
+            informer = Informer(self.ctx.http, w.resource(pages), functools.partial(self.event, w),
+                                seen.keys, page_size=w.page_size(pages),
                                 name=f"{w.kind} watch in {w.namespace}")
             start: Callable[[Informer], asyncio.Task] = self._start or (
                 lambda i: asyncio.create_task(self._run(w, i), name=i.name))
