@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 import yaml
@@ -210,6 +211,72 @@ def test_a_refused_binding_does_not_squat_another_tenants_runner(installed, oper
     installed.create_binding(ns, "b", binding_spec(runner, emulator))
     installed.wait_condition(ns, "b", "PolicySynced", "True", timeout=30)
     assert installed.condition(ns, "b", "ScopeSynced")["reason"] != "RunnerConflict"
+
+
+def test_an_allowed_binding_with_no_token_does_not_squat_another_tenants_runner(installed, operator, emulator,
+                                                                                 binding_ns):
+    """Issue 31, finding 7: an allowed URL, the victim's runner id and a token Secret that does not exist,
+    created first (it is the older). It never proves it may manage the runner, so it blocks nobody: the
+    victim's later binding keeps the runner; the squatter is RunnerConflict and sends nothing."""
+    ns, p = binding_ns, prefix()
+    squatter = f"{p}-squat"
+    installed.create_namespace(squatter)
+    grant_operator(installed, squatter)                     # its own namespace, as the victim's: no Secret in it
+    runner = new_runner(emulator, {})
+    spec = binding_spec(runner, emulator)
+    spec["runner"]["tokenSecretRef"] = {"name": "does-not-exist"}
+    installed.create_binding(squatter, "b", spec)
+    installed.wait_condition(squatter, "b", "Ready", "False", timeout=30)
+    time.sleep(1.1)  # the victim's binding is younger (creation time has one-second resolution)
+    installed.create_binding(ns, "b", binding_spec(runner, emulator))
+    installed.wait_condition(ns, "b", "PolicySynced", "True", timeout=30)
+    assert installed.condition(ns, "b", "ScopeSynced")["reason"] != "RunnerConflict"
+    assert installed.binding(ns, "b")["status"]["runner"]["provenTime"]
+    wait_for(lambda: f"{ns}/b already manages runner {runner}" in (
+        (installed.condition(squatter, "b", "PolicySynced") or {}).get("message") or ""), 30,
+        lambda: str(installed.condition(squatter, "b", "PolicySynced")))
+    assert installed.condition(squatter, "b", "PolicySynced")["reason"] == "RunnerConflict"
+    assert installed.binding(squatter, "b")["status"]["runner"]["failure"] == "CredentialsMissing"
+    victim_calls = calls(emulator, runner)
+    assert victim_calls and all(c["code"] == "ok" for c in victim_calls)  # the owner's; the squatter sent none
+    assert_stays(lambda: installed.condition(ns, "b", "PolicySynced")["status"] == "True", 3)
+
+
+def _configmap_lists(kube) -> float:
+    """The API server's namespaced LIST requests for ConfigMaps so far (`apiserver_request_total`)."""
+    text = kube.kubectl("get", "--raw", "/metrics").stdout
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("apiserver_request_total{") and 'resource="configmaps"' in line and 'verb="LIST"' in line \
+                and 'scope="namespace"' in line:
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def test_a_tenants_big_configmaps_are_not_listed_at_each_reconcile(installed, operator, emulator, binding_ns):
+    """Issue 31, finding 4: 20 ConfigMaps of 900 KB and one whose slurm.conf key is over the object cap, in
+    the scheduler's namespace. Each resync (every second here) listed every ConfigMap of the namespace
+    in full; now they are read from the namespace's watch, reduced as each arrives: resyncs list nothing,
+    the oversized one is named in SchedulerReady, and the binding is Ready."""
+    ns = binding_ns
+    for i in range(20):
+        installed.core.create_namespaced_config_map(ns, {"metadata": {"name": f"bulk-{i}"},
+                                                         "data": {"blob": "x" * 900_000}})
+    installed.core.create_namespaced_config_map(ns, {"metadata": {"name": "evil"},
+                                                     "data": {"evil.slurm.conf": "#" * 300_000}})
+    body = ready_binding(installed, emulator, ns, resyncInterval="1s", sandboxNamespaces={"names": [f"{prefix()}-*"]})
+    runner = body["spec"]["runner"]["id"]
+    wait_for(lambda: f"ConfigMap {ns}/evil not read" in (installed.condition(ns, "b", "SchedulerReady") or {}).get(
+        "message", ""), 30, lambda: str(installed.condition(ns, "b", "SchedulerReady")))
+    assert installed.condition(ns, "b", "SchedulerReady")["status"] == "True"
+    time.sleep(3)  # the namespace's watches have listed
+    before, reads = _configmap_lists(installed), len(calls(emulator, runner))
+    time.sleep(6)  # six resyncs or more
+    after = _configmap_lists(installed)
+    print(f"\nConfigMap LISTs during 6 s of 1 s resyncs: {after - before:.0f}; operator "
+          f"{Path(f'/proc/{operator.proc.pid}/status').read_text().split('VmHWM:')[1].split(chr(10))[0].strip()} peak")
+    assert len(calls(emulator, runner)) - reads >= 3  # it resynced (each resync reads the runner)
+    assert after - before <= 2, f"{after - before:.0f} ConfigMap LISTs in 6 s of resyncs"
 
 
 # ---------------------------------------------------------------- 8. wake amplification

@@ -174,6 +174,7 @@ class FakeKube:
         self._before: dict[str, list[Callable[[], None]]] = {}
         self._rv = 100
         self._uid = 0
+        self.watchers: dict[str, list[Callable[[str, dict], None]]] = {}  # kind -> sinks of its watch events
 
     writable: Callable[[], bool] = staticmethod(lambda: True)
 
@@ -182,6 +183,20 @@ class FakeKube:
             raise k.NotLeader("this replica is not the leader: nothing is written")
 
     # ------------------------------------------------------------ test setup
+
+    def watch(self, kind: str, sink: Callable[[str, dict], None]) -> None:
+        """Every later change of an object of `kind` goes to `sink` (ADDED, MODIFIED, DELETED), as a watch."""
+        self.watchers.setdefault(kind, []).append(sink)
+
+    def _notify(self, kind: str, event: str, obj: dict) -> None:
+        for sink in self.watchers.get(kind, ()):
+            sink(event, copy.deepcopy(obj))
+
+    def remove(self, kind: str, namespace: str, name: str) -> None:
+        """Delete an object as an admin would (its watchers see DELETED)."""
+        obj = self.store[kind].pop((namespace, name), None)
+        if obj is not None:
+            self._notify(kind, "DELETED", obj)
 
     def add(self, kind: str, obj: dict) -> dict:
         """Create or overwrite an object as an admin would (a new resourceVersion)."""
@@ -194,6 +209,7 @@ class FakeKube:
         meta.setdefault("generation", 1)
         meta["resourceVersion"] = self._next_rv()
         self.store[kind][key] = obj
+        self._notify(kind, "MODIFIED" if old else "ADDED", obj)
         return copy.deepcopy(obj)
 
     def get(self, kind: str, namespace: str, name: str) -> dict:
@@ -204,6 +220,7 @@ class FakeKube:
         obj = self.store[kind][(namespace, name)]
         change(obj)
         obj["metadata"]["resourceVersion"] = self._next_rv()
+        self._notify(kind, "MODIFIED", obj)
 
     def deny(self, method: str, namespace: str | None = None) -> None:
         """`method` answers 403 (in `namespace`, or everywhere)."""
@@ -254,17 +271,22 @@ class FakeKube:
             new["metadata"]["generation"] = obj["metadata"].get("generation", 1) + 1
         new["metadata"]["resourceVersion"] = self._next_rv()
         self.store[kind][(namespace, name)] = new
+        self._notify(kind, "MODIFIED", new)
         return copy.deepcopy(new)
 
     # ------------------------------------------------------------ reads
 
-    async def list_pods(self, namespace: str, label_selector: str | None) -> list[dict]:
+    async def list_pods(self, namespace: str, label_selector: str | None, each: Callable[[dict], Any] | None = None,
+                        page_size: int = k.PAGE_SIZE) -> list[Any]:
         self._enter("list_pods", namespace, label_selector, namespace=namespace)
-        return self._items("pods", namespace, label_selector)
+        pods = self._items("pods", namespace, label_selector)
+        return [each(p) for p in pods] if each is not None else pods
 
-    async def list_configmaps(self, namespace: str) -> list[dict]:
+    async def list_configmaps(self, namespace: str, each: Callable[[dict], Any] | None = None,
+                              page_size: int = k.PAGE_SIZE) -> list[Any]:
         self._enter("list_configmaps", namespace, namespace=namespace)
-        return self._items("configmaps", namespace)
+        cms = self._items("configmaps", namespace)
+        return [each(c) for c in cms] if each is not None else cms
 
     async def get_configmap(self, namespace: str, name: str) -> dict:
         self._enter("get_configmap", namespace, name, namespace=namespace)
@@ -314,10 +336,6 @@ class FakeKube:
                 if node is None or (p.get("spec") or {}).get("nodeName") == node]
         return [each(p) for p in pods] if each is not None else pods
 
-    async def list_bindings(self) -> list[dict]:
-        self._enter("list_bindings")
-        return self._items("bindings")
-
     async def get_application(self, namespace: str, name: str) -> dict:
         self._enter("get_application", namespace, name, namespace=namespace)
         return copy.deepcopy(self._find("applications", namespace, name))
@@ -342,6 +360,7 @@ class FakeKube:
         new = merge_patch(obj, {"status": status_patch})
         new["metadata"]["resourceVersion"] = self._next_rv()  # the status subresource: no generation bump
         self.store["bindings"][(namespace, name)] = new
+        self._notify("bindings", "MODIFIED", new)
         return copy.deepcopy(new)
 
     async def replace_configmap(self, namespace: str, name: str, body: dict) -> dict:
@@ -443,6 +462,7 @@ class FakeRunner:
         self.exists = True
         self.closed = False
         self.error: rerr.RunnerAPIError | None = None      # raised by every call while set
+        self.on_call: Callable[[str, str], None] | None = None  # what the client reports of each answer
         self._before_update: list[Callable[["FakeRunner"], None]] = []
 
     def _runner(self) -> rc.ManagedRunner:
@@ -458,13 +478,20 @@ class FakeRunner:
         """Run `action` between our read and our next `times` writes (another admin wins the race)."""
         self._before_update.extend([action] * times)
 
+    def _answered(self, method: str, code: str) -> None:
+        if self.on_call is not None:
+            self.on_call(method, code)
+
     async def get_managed_runner(self, runner_id: str) -> rc.ManagedRunner:
         assert runner_id == self.runner_id
         self.gets += 1
         if self.error is not None:
+            self._answered("GetManagedRunner", self.error.code)
             raise self.error
         if not self.exists:
+            self._answered("GetManagedRunner", "not_found")
             raise rerr.NotFound(f"runner {runner_id} not found")
+        self._answered("GetManagedRunner", "ok")
         return self._runner()
 
     async def update_managed_runner(self, runner_id: str, *, identity: Any, policy: Any, etag: str) -> rc.ManagedRunner:
@@ -472,22 +499,30 @@ class FakeRunner:
         if self._before_update:
             self._before_update.pop(0)(self)
         if self.error is not None:
+            self._answered("UpdateManagedRunner", self.error.code)
             raise self.error
         if etag != str(self.etag):
             self.stale += 1
+            self._answered("UpdateManagedRunner", "failed_precondition")
             raise rerr.FailedPrecondition("etag mismatch: the runner was modified")
         self.policy, self.etag, self.updates = copy.deepcopy(policy), self.etag + 1, self.updates + 1
+        self._answered("UpdateManagedRunner", "ok")
         return self._runner()
 
     async def aclose(self) -> None:
         self.closed = True
 
 
-def install_runner(state: BindingState, runner: FakeRunner) -> None:
-    """Make `controller.policy.client` hand out `runner` for this binding's credentials."""
+def install_runner(state: BindingState, runner: FakeRunner, ctx: Context | None = None) -> None:
+    """Make `controller.policy.client` hand out `runner` for this binding's credentials; with `ctx`, its
+    answers are reported as the real client's are (metrics, the runner proof)."""
     spec = state.spec or state.live_spec  # admitted, or what the first reconcile will admit
     assert spec is not None, "install a runner for a binding whose spec parses"
     ref = spec.runner.token_secret_ref
+    if ctx is not None:
+        from sunk_sandbox_operator.controller import policy
+
+        runner.on_call = policy.on_call(ctx, state)
     state.policy.client = runner  # type: ignore[assignment]  # duck-typed: the three RunnerClient calls policy makes
     state.policy.client_key = (spec.runner.api_url, ref.name, ref.key)
 
@@ -540,6 +575,9 @@ class Harness:
         self.ctx = Context(config=self.config, kube=self.kube,
                            event_sink=lambda body, kind, reason, message: self.events.append((kind, reason, message)),
                            monotonic=self.clock, sleep=self.clock.sleep, now_iso=self.clock.iso)
+        # The binding cache as its informer feeds it: every binding the fake API server holds, as it changes.
+        self.kube.watch("bindings", self.ctx.binding_cache.apply)
+        self.ctx.binding_cache.listed = lambda: True
 
     def reasons(self) -> list[str]:
         return [reason for _, reason, _ in self.events]

@@ -18,7 +18,7 @@ from sunk_sandbox_operator.controller.config import Config
 from sunk_sandbox_operator.core import admission as adm
 from sunk_sandbox_operator.core import tenancy as t
 
-from tests.unit.fakes import FakeKube, Harness, binding_body
+from tests.unit.fakes import Harness, binding_body
 
 POLICY = t.TenancyPolicy(reach={"tenant-slurm": ("argocd",)})
 NS = "slurm"
@@ -180,11 +180,45 @@ def test_an_older_binding_on_the_same_runner_is_a_warning() -> None:
     assert d.allowed
     (w,) = d.warnings
     assert w.startswith("runner r is already bound by binding other/old (older)") and "RunnerConflict" in w
-    # The older one itself (its own update) is not warned about the younger, nor about itself.
+    # The older one itself (its own update) keeps the runner: it is told that the younger names it without
+    # having proved it may (issue 31, finding 7: the webhook warns both), never about itself.
     younger = binding_body("b", NS, created="2026-06-01T00:00:00Z")
     again = with_spec(older, partition="p")
-    assert decide(review("UPDATE", again, older, namespace="other"),
-                  adm.Facts(bindings=[older, younger], secret=adm.SecretFact.PRESENT)).warnings == ()
+    (w,) = decide(review("UPDATE", again, older, namespace="other"),
+                  adm.Facts(bindings=[older, younger], secret=adm.SecretFact.PRESENT)).warnings
+    assert w.startswith(f"binding(s) {NS}/b also name runner r but have not proved") and "block nothing" in w
+
+
+def proven(body: dict, runner: str = "r") -> dict:
+    return {**body, "status": {"runner": {"id": runner, "apiURL": "https://api.coreweave.com",
+                                          "provenTime": "2026-01-01T00:00:00Z"}}}
+
+
+def failed(body: dict, runner: str = "r") -> dict:
+    return {**body, "status": {"runner": {"id": runner, "apiURL": "https://api.coreweave.com",
+                                          "failure": "CredentialsMissing"}}}
+
+
+def test_the_webhook_warns_both_a_squatter_and_the_binding_whose_runner_it_names() -> None:
+    """Finding 7: a binding naming another tenant's runner with a token Secret that does not exist."""
+    owner = proven(binding_body("owner", "victim", created="2026-02-01T00:00:00Z",
+                                scheduler={"namespace": "victim"}))
+    squat = binding_body("squat", NS)
+    del squat["metadata"]["creationTimestamp"]
+    (w, _) = decide(review(obj=squat), adm.Facts(bindings=[owner], secret=adm.SecretFact.MISSING)).warnings
+    assert w.startswith("runner r is already bound by binding victim/owner, whose token proved it may manage it")
+    # The squatter, older and failed (its Secret does not exist), seen from the owner's own review.
+    older_squat = failed(binding_body("squat", NS, created="2025-01-01T00:00:00Z"))
+    again = with_spec(owner, partition="p")
+    (w,) = decide(review("UPDATE", again, owner, namespace="victim"),
+                  adm.Facts(bindings=[older_squat, owner], secret=adm.SecretFact.PRESENT)).warnings
+    assert w.startswith(f"binding(s) {NS}/squat also name runner r but have not proved") and "block nothing" in w
+    # A new binding whose runner is named only by a failed squatter keeps it: told, not blocked.
+    new = binding_body("new", "victim", scheduler={"namespace": "victim"})
+    del new["metadata"]["creationTimestamp"]
+    (w,) = decide(review(obj=new, namespace="victim"),
+                  adm.Facts(bindings=[older_squat], secret=adm.SecretFact.PRESENT)).warnings
+    assert "RunnerConflict" not in w and f"{NS}/squat also name runner r" in w
 
 
 def test_another_binding_on_the_same_scope_target_is_a_warning() -> None:
@@ -262,22 +296,37 @@ async def test_missing_forbidden_and_failing_reads() -> None:
     h.kube.deny("secret_has_key", NS)
     (w,) = (await wiring.review(h.ctx, review()))["response"]["warnings"]
     assert "may not read Secrets" in w
-    h.kube.deny("list_bindings")  # cannot list: no runner/target warning, still answered
+    h.ctx.binding_cache.listed = lambda: False  # its first LIST not in: no runner/target warning, still answered
     h.kube.add("secrets", {"metadata": {"namespace": NS, "name": "s"}, "data": {"other": "eA=="}})
-    facts = await wiring.gather(h.kube, NS, parse_spec(binding_body()["spec"]))
+    facts = await wiring.gather(h.kube, h.ctx.binding_cache, NS, parse_spec(binding_body()["spec"]))
     assert facts.bindings is None and facts.secret is adm.SecretFact.FORBIDDEN
 
 
 async def test_a_slow_read_is_unknown_within_the_timeout() -> None:
-    kube = FakeKube()
+    h = Harness()
 
-    async def slow() -> list[dict]:
+    async def slow(*_: object) -> bool:
         await asyncio.sleep(10)
-        return []
+        return True
 
-    kube.list_bindings = slow  # type: ignore[method-assign]
-    facts = await asyncio.wait_for(wiring.gather(kube, NS, parse_spec(binding_body()["spec"]), timeout=0.05), 2)
-    assert facts.bindings is None and facts.secret is adm.SecretFact.MISSING
+    h.kube.secret_has_key = slow  # type: ignore[method-assign]
+    facts = await asyncio.wait_for(wiring.gather(h.kube, h.ctx.binding_cache, NS, parse_spec(binding_body()["spec"]),
+                                                 timeout=0.05), 2)
+    assert facts.bindings == [] and facts.secret is adm.SecretFact.UNKNOWN
+
+
+async def test_a_review_reads_the_binding_cache_not_a_list_of_every_binding() -> None:
+    """Finding 4: the facts come from the cache (fed by a watch in every replica), only the bindings on
+    the reviewed runner or target, whatever the number of bindings."""
+    h = Harness()
+    for i in range(300):
+        h.kube.add("bindings", binding_body(f"b{i}", f"ns{i}", uid=f"u{i}", created="2025-01-01T00:00:00Z",
+                                            runner={"id": f"r{i}", "tokenSecretRef": {"name": "s"}}))
+    h.kube.add("bindings", binding_body("old", "other", uid="uo", created="2025-01-01T00:00:00Z"))
+    h.kube.calls.clear()
+    facts = await wiring.gather(h.kube, h.ctx.binding_cache, NS, parse_spec(binding_body()["spec"]))
+    assert [b["metadata"]["name"] for b in facts.bindings or []] == ["old"]
+    assert [c[0] for c in h.kube.calls] == ["secret_has_key"]
 
 
 async def test_webhook_off_by_default() -> None:

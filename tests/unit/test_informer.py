@@ -159,6 +159,20 @@ async def test_errors_back_off_and_never_give_up(caplog) -> None:
     assert slept == [1.0, 2.0, 3.0]                                         # consecutive failures grow the delay
     assert informer.lists == 1 and informer.ready.is_set()
     assert "etcd" in caplog.text and "no list" in caplog.text and "connection reset" in caplog.text
+    assert informer.failed.is_set()        # the last attempt (the watch) failed: nobody should wait on it
+
+
+async def test_a_refused_list_says_so_until_one_succeeds() -> None:
+    """`failed`: a first reconcile waiting for this watch's LIST stops waiting (and reads, and says why)."""
+    http = FakeHTTP(pages=[k.Forbidden("no list"), {"items": [], "metadata": {"resourceVersion": "1"}}], watches=[])
+    seen: list[bool] = []
+
+    async def sleep(delay: float) -> None:
+        seen.append(informer.failed.is_set())
+
+    informer = Informer(http, Resource("/api/v1/pods"), Sink(), lambda: [], sleep=sleep)
+    await run(informer, http)
+    assert seen == [True] and informer.ready.is_set() and not informer.failed.is_set()
 
 
 async def test_metadata_only_resources_ask_for_partial_objects() -> None:
@@ -210,3 +224,20 @@ async def test_the_gc_is_paused_for_the_initial_lists_and_never_past_the_limit(l
     finally:
         gc.enable()
         gc.unfreeze()
+
+
+async def test_pages_grow_or_shrink_to_their_byte_target() -> None:
+    """A tenant's objects listed in full: the first page asks for few, the next ones for as many as fit
+    the target by the size of what came (hundreds of small ConfigMaps a page, a few of 1 MiB)."""
+    small = [{"metadata": {"namespace": "t", "name": f"s{i}"}, "data": {"n": "1"}} for i in range(2000)]
+    big = [{"metadata": {"namespace": "t", "name": f"b{i}"}, "data": {"x": "y" * 100_000}} for i in range(30)]
+    pages: list[dict] = []
+    for i, chunk in enumerate([small[:8], small[8:1008], small[1008:], big[:10], big[10:30]]):
+        pages.append({"items": chunk, "metadata": {"continue": f"c{i}"} if i < 4 else {"resourceVersion": "9"}})
+    http = FakeHTTP(pages=pages, watches=[])
+    informer = Informer(http, Resource("/api/v1/namespaces/t/configmaps", page_bytes=1_000_000, max_page_size=1000),
+                        Sink(), lambda: [], page_size=8)
+    await run(informer, http)
+    limits = [int(params["limit"]) for _, params, _ in http.gets]
+    assert limits[0] == 8 and limits[1] == 1000 and limits[2] == 1000   # small items: up to max_page_size
+    assert limits[4] == 9                                               # 100 kB items: nine fit 1 MB

@@ -73,18 +73,16 @@ async def test_reads_send_the_paths_and_selectors(kube, http) -> None:
     assert await kube.list_pods("slurm", "app=x") == [{"metadata": {"name": "p"}}]
     await kube.list_pods("slurm", None)
     await kube.list_rolebindings("sunksandbox.dev/binding=slurm.b")
-    await kube.list_bindings()
     await kube.get_application("argocd", "app")
     await kube.get_helmrelease("flux", "hr")
     await kube.list_statefulsets("slurm")
     assert [(m, p, q) for m, p, q, _, _ in http.calls] == [
-        ("GET", "/api/v1/namespaces/slurm/pods", {"labelSelector": "app=x"}),
-        ("GET", "/api/v1/namespaces/slurm/pods", {}),
+        ("GET", "/api/v1/namespaces/slurm/pods", {"labelSelector": "app=x", "limit": "500"}),  # paginated
+        ("GET", "/api/v1/namespaces/slurm/pods", {"limit": "500"}),
         ("GET", "/apis/rbac.authorization.k8s.io/v1/rolebindings", {"labelSelector": "sunksandbox.dev/binding=slurm.b"}),
-        ("GET", "/apis/sunksandbox.dev/v1alpha1/sunksandboxbindings", {}),
         ("GET", "/apis/argoproj.io/v1alpha1/namespaces/argocd/applications/app", {}),
         ("GET", "/apis/helm.toolkit.fluxcd.io/v2/namespaces/flux/helmreleases/hr", {}),
-        ("GET", "/apis/apps/v1/namespaces/slurm/statefulsets", {})]
+        ("GET", "/apis/apps/v1/namespaces/slurm/statefulsets", {"limit": "50"})]
 
 
 @pytest.mark.parametrize(("kind", "path"), [

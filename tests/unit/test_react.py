@@ -66,7 +66,9 @@ def test_only_a_target_beyond_the_scheduler_configmaps_adds_watches() -> None:
 async def test_an_event_wakes_only_the_bindings_it_concerns_once_per_burst(harness) -> None:
     h = harness()
     mine = h.binding(binding_body())
-    other = h.binding(binding_body("o", "elsewhere", uid="u2"), discovered=discovery(namespace="elsewhere"))
+    # On another runner: a new binding naming one's runner wakes it (it may have to prove it: test_runner_proof.py).
+    other = h.binding(binding_body("o", "elsewhere", uid="u2", runner={"id": "r2", "tokenSecretRef": {"name": "s"}}),
+                      discovered=discovery(namespace="elsewhere"))
     for i in range(5):  # a Helm upgrade touches several objects at once
         cm_event(h, str(10 + i), "cm")
     assert not mine.wake.is_set()            # coalesced over KICK_SECONDS

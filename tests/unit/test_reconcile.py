@@ -280,7 +280,7 @@ async def test_a_reconcile_that_raises_is_counted_and_the_loop_goes_on(harness) 
     h = harness()
     cluster(h)
     state, runner = new_binding(h)
-    h.kube.before("list_bindings", lambda: (_ for _ in ()).throw(RuntimeError("apiserver hiccup")))
+    h.kube.before("list_pods", lambda: (_ for _ in ()).throw(RuntimeError("apiserver hiccup")))
     stopped = Stopped()
     loop = asyncio.ensure_future(lifecycle.binding_loop(h.ctx, h.kube.get("bindings", NS, "b"), stopped))
     try:

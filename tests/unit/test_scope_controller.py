@@ -648,7 +648,7 @@ async def test_a_dead_bindings_ledger_entry_protects_nothing(harness) -> None:
         obj["metadata"]["annotations"][SCOPE_LEDGER_ANNOTATION] = lg.encode(
             led.with_entry("gone/ghost", lg.Entry(("ds-x",), ())))
     h.kube.edit("configmaps", "slurm", "cm", ghost)
-    h.ctx.listed_bindings = frozenset({"slurm/b"})
+    assert h.ctx.binding_cache.allowed("slurm/b") and not h.ctx.binding_cache.allowed("gone/ghost")
     await scope.restore(h.ctx, b, reconcile.discover)
     assert listed(h) == ["slurm"]
 

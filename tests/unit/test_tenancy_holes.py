@@ -77,7 +77,8 @@ async def test_a_refused_binding_does_not_make_another_one_a_runner_conflict(har
     install_runner(state, fake)
     await reconcile.reconcile(h.ctx, state)
     assert state.conflict is None and state.parts["PolicySynced"].reason != "RunnerConflict" and fake.gets == 1
-    assert h.ctx.listed_bindings == frozenset({f"{NS}/b"})              # nor do its ledger entries count
+    cache = h.ctx.binding_cache                                         # nor do its ledger entries count
+    assert cache.allowed(f"{NS}/b") and not cache.allowed("attacker-ns/squat")
 
 
 async def test_a_target_switch_restores_the_old_target_and_starts_fresh_on_the_new(harness) -> None:

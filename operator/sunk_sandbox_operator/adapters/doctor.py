@@ -28,9 +28,10 @@ from ..core import slurm, tenancy
 from ..core.scope import doc as scope_doc
 from ..core.pods import decode_pod
 from ..core.redact import describe
+from ..core import scheduler_objects as so
 from ..core.scheduler import Discovery, discover, scheduler_conf_location
 from . import grants, kube as k
-from . import scheduler as sched
+from .scheduler import read as scheduler_read
 from .bounded import gather_bounded
 from . import slurmrest as sr
 from ..core.quantity import parse_quantity
@@ -72,13 +73,16 @@ def _denied(what: str, exc: Exception) -> str:
 
 
 async def _scheduler(kube: k.KubeAPI, t: Target) -> tuple[Discovery, list[dict], str | None]:
-    """Discovery over the scheduler namespace's pods and ConfigMaps (and those ConfigMaps), read and
-    parsed as the operator reads and parses them (adapters/scheduler.py, core/scheduler.py)."""
-    objs = await sched.read(kube, t.spec.scheduler_namespace(t.namespace), t.spec.scheduler.pod_selector)
-    if objs.error:  # its wording names the operator's RoleBindings: the doctor runs with other credentials
-        denied = f"these credentials may not list pods and ConfigMaps in {objs.namespace}"
-        return discover(t.spec, t.namespace, [], []), [], denied
-    return discover(t.spec, t.namespace, objs.pods, objs.configmaps), objs.configmaps, None
+    """Discovery over the scheduler namespace's pods and ConfigMaps (and those ConfigMaps)."""
+    ns = t.spec.scheduler_namespace(t.namespace)
+    pod_selector = t.spec.scheduler.pod_selector
+    # The operator's own bounded read: paginated, each object reduced to what discovery reads.
+    objs = await scheduler_read(kube, ns, pod_selector, named=scheduler_conf_location(t.spec, t.namespace)[:2])
+    if objs.denied is not None:
+        return discover(t.spec, t.namespace, [], []), [], _denied(f"list pods and ConfigMaps in {ns}", objs.denied)
+    d = discover(t.spec, t.namespace, objs.pods, objs.configmaps)
+    d.errors.extend(s.note(ns, so.DEFAULT_MAX_OBJECT_BYTES) for s in objs.skipped)
+    return d, objs.configmaps, None
 
 
 def _scope(t: Target, d: Discovery, cms: list[dict]) -> f.Scope | None:

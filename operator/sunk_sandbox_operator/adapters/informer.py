@@ -14,6 +14,8 @@ import logging
 from dataclasses import dataclass
 from typing import Awaitable, Callable, Iterable
 
+import orjson
+
 from . import kube as k
 from .kubehttp import ApiStatus, KubeHTTP, status_code
 
@@ -33,6 +35,11 @@ class Resource:
     label_selector: str | None = None  # filtered server-side
     metadata_only: bool = False        # PartialObjectMetadata: no spec/status on the wire
     page_decoder: Callable[[bytes], dict] | None = None  # LIST pages' bytes to JSON (None: orjson, in full)
+    # Bytes a LIST page should hold (None: no target, `page_size` items a page). With one, pages start at
+    # `page_size` items and grow or shrink to it by the size of the items seen so far (a tenant's
+    # ConfigMaps: eight of 1 MiB, or hundreds of a few bytes, a page).
+    page_bytes: int | None = None
+    max_page_size: int = 500
 
     def key(self, obj: dict) -> str:
         meta = obj.get("metadata") or {}
@@ -49,6 +56,7 @@ class Informer:
         self.page_size, self.watch_timeout, self.name = page_size, watch_timeout, name
         self._sleep, self._retry_delay = sleep, retry_delay
         self.ready = asyncio.Event()      # set once the first complete LIST is in the sink
+        self.failed = asyncio.Event()     # set while its last attempt failed (refused, unreachable): don't wait
         self.resource_version: str | None = None
         self.lists = 0                    # LISTs done (1 + relists after 410)
         self.events = 0                   # watch events handed to the sink
@@ -65,11 +73,17 @@ class Informer:
         headers = {"Accept": PARTIAL_LIST} if self.resource.metadata_only else None
         seen: set[str] = set()
         before = set(self.known())
+        limit, sizes = self.page_size, [0]  # sizes[-1]: the bytes of the last page (with page_bytes)
+        target, decoder = self.resource.page_bytes, self.resource.page_decoder
+
+        def decode(raw: bytes) -> dict:
+            sizes.append(len(raw))
+            return decoder(raw) if decoder is not None else orjson.loads(raw)
 
         def fetch(cont: str | None) -> asyncio.Future:
-            params = {**self._params(), "limit": str(self.page_size), **({"continue": cont} if cont else {})}
+            params = {**self._params(), "limit": str(limit), **({"continue": cont} if cont else {})}
             return asyncio.ensure_future(self.http.get(self.resource.path, params, headers,
-                                                       decode=self.resource.page_decoder))
+                                                       decode=decode if target else decoder))
 
         pending: asyncio.Future | None = fetch(None)
         try:
@@ -78,6 +92,9 @@ class Informer:
                 page = await pending
                 meta = page.get("metadata") or {}
                 cont = meta.get("continue")
+                if target and page.get("items"):
+                    per_item = max(1, sizes[-1] // len(page["items"]))
+                    limit = max(self.page_size, min(self.resource.max_page_size, target // per_item))
                 pending = fetch(cont) if cont else None
                 await asyncio.sleep(0)  # let the next page's request go out before this page is decoded
                 for i, item in enumerate(page.get("items") or [], 1):
@@ -97,6 +114,7 @@ class Informer:
             ns, _, name = key.rpartition("/")
             self.sink("DELETED", {"metadata": {"namespace": ns, "name": name} if ns else {"name": name}})
         self.lists += 1
+        self.failed.clear()
         self.ready.set()
 
     async def _watch(self) -> None:
@@ -132,9 +150,11 @@ class Informer:
                 need_list = need_list or exc.code == 410
                 if exc.code != 410:
                     failures += 1
+                    self.failed.set()
                     log.warning("%s: %s; retrying", self.name, exc)
                     await self._sleep(self._retry_delay(failures))
             except (k.Forbidden, OSError, asyncio.TimeoutError, ValueError, Exception) as exc:  # noqa: B014
                 failures += 1
+                self.failed.set()
                 log.warning("%s: %s: %s; retrying", self.name, type(exc).__name__, exc)
                 await self._sleep(self._retry_delay(failures))

@@ -61,8 +61,10 @@ class KubeAPI(Protocol):
     def check_writable(self) -> None: ...
 
     # reads
-    async def list_pods(self, namespace: str, label_selector: str | None) -> list[dict[str, Any]]: ...
-    async def list_configmaps(self, namespace: str) -> list[dict[str, Any]]: ...
+    async def list_pods(self, namespace: str, label_selector: str | None, each: Callable[[dict[str, Any]], Any] | None = None,
+                        page_size: int = ...) -> list[Any]: ...
+    async def list_configmaps(self, namespace: str, each: Callable[[dict[str, Any]], Any] | None = None,
+                              page_size: int = ...) -> list[Any]: ...
     async def get_configmap(self, namespace: str, name: str) -> dict[str, Any]: ...
     async def read_secret_key(self, namespace: str, name: str, key: str) -> str: ...
     async def secret_has_key(self, namespace: str, name: str, key: str) -> bool: ...
@@ -70,7 +72,6 @@ class KubeAPI(Protocol):
                                   namespace: str, subresource: str = "") -> bool: ...
     async def list_statefulsets(self, namespace: str) -> list[dict[str, Any]]: ...
     async def list_deployments(self, namespace: str) -> list[dict[str, Any]]: ...
-    async def list_bindings(self) -> list[dict[str, Any]]: ...
     async def get_application(self, namespace: str, name: str) -> dict[str, Any]: ...
     async def get_helmrelease(self, namespace: str, name: str) -> dict[str, Any]: ...
     async def list_rolebindings(self, label_selector: str) -> list[dict[str, Any]]: ...
@@ -123,6 +124,7 @@ def kind_path(kind: str, namespace: str, name: str = "") -> str:
 
 OURS = {"fieldManager": keys.FIELD_MANAGER}
 PAGE_SIZE = 500  # items per page of a paginated LIST
+WORKLOAD_PAGE_SIZE = 50  # Deployments / StatefulSets of a tenant's namespace (each may be large)
 RBAC = "rbac.authorization.k8s.io"
 
 
@@ -145,13 +147,15 @@ class Kube:
     async def _items(self, path: str, params: Mapping[str, str] | None = None) -> list[dict]:
         return (await self._get(path, params)).get("items") or []
 
-    async def _pages(self, path: str, params: Mapping[str, str], each: Callable[[dict], Any] | None = None) -> list[Any]:
-        """Every item of a LIST, PAGE_SIZE at a time (limit / continue): no one answer is unbounded.
-        `each` maps an item as its page arrives, so only what it returns is kept (50,000 pods)."""
+    async def _pages(self, path: str, params: Mapping[str, str], each: Callable[[dict], Any] | None = None,
+                     page_size: int = PAGE_SIZE) -> list[Any]:
+        """Every item of a LIST, `page_size` at a time (limit / continue): no one answer is unbounded.
+        `each` maps an item as its page arrives, so only what it returns is kept (50,000 pods; the
+        few fields discovery reads of a tenant's ConfigMaps)."""
         out: list[Any] = []
         token = ""
         while True:
-            page = await self._get(path, {**params, "limit": str(PAGE_SIZE), **({"continue": token} if token else {})})
+            page = await self._get(path, {**params, "limit": str(page_size), **({"continue": token} if token else {})})
             items = page.get("items") or []
             out.extend(map(each, items) if each is not None else items)
             token = (page.get("metadata") or {}).get("continue") or ""
@@ -174,12 +178,17 @@ class Kube:
 
     # ------------------------------------------------------------ reads
 
-    async def list_pods(self, namespace: str, label_selector: str | None) -> list[dict]:
-        params = {"labelSelector": label_selector} if label_selector else None
-        return await self._items(kind_path("Pod", namespace), params)
+    async def list_pods(self, namespace: str, label_selector: str | None, each: Callable[[dict], Any] | None = None,
+                        page_size: int = PAGE_SIZE) -> list[Any]:
+        """The namespace's pods (by label selector), paginated; `each(pod)` instead of the pod when given."""
+        params = {"labelSelector": label_selector} if label_selector else {}
+        return await self._pages(kind_path("Pod", namespace), params, each, page_size)
 
-    async def list_configmaps(self, namespace: str) -> list[dict]:
-        return await self._items(kind_path("ConfigMap", namespace))
+    async def list_configmaps(self, namespace: str, each: Callable[[dict], Any] | None = None,
+                              page_size: int = PAGE_SIZE) -> list[Any]:
+        """The namespace's ConfigMaps, paginated; `each(configmap)` instead of it when given (a page of
+        `page_size` is what is held at once: each may be 1 MiB)."""
+        return await self._pages(kind_path("ConfigMap", namespace), {}, each, page_size)
 
     async def get_configmap(self, namespace: str, name: str) -> dict:
         return await self._get(kind_path("ConfigMap", namespace, name))
@@ -213,13 +222,11 @@ class Kube:
         return bool((answer.get("status") or {}).get("allowed"))
 
     async def list_statefulsets(self, namespace: str) -> list[dict]:
-        return await self._items(ns_path(namespace, "statefulsets", group="apps"))
+        """Paginated (a tenant's namespace: no one answer is unbounded)."""
+        return await self._pages(ns_path(namespace, "statefulsets", group="apps"), {}, page_size=WORKLOAD_PAGE_SIZE)
 
     async def list_deployments(self, namespace: str) -> list[dict]:
-        return await self._items(ns_path(namespace, "deployments", group="apps"))
-
-    async def list_bindings(self) -> list[dict]:
-        return await self._items(f"/apis/{keys.GROUP}/{keys.VERSION}/{keys.PLURAL}")
+        return await self._pages(ns_path(namespace, "deployments", group="apps"), {}, page_size=WORKLOAD_PAGE_SIZE)
 
     async def get_application(self, namespace: str, name: str) -> dict:
         return await self._get(kind_path("Application", namespace, name))

@@ -33,6 +33,7 @@ class EventReason(StrEnum):
     SCOPE_GRANTS_UPDATED = "ScopeGrantsUpdated", "Normal", "`scope.grantClusterRole` RoleBindings created or removed"
     SCHEDULER_RESTARTED = "SchedulerRestarted", "Normal", "the scheduler's pod template was annotated with the list it must run (a roll)"
     TARGET_MANAGED_ELSEWHERE = "TargetManagedElsewhere", "Warning", "Helm, Argo CD or Flux also renders the target and may put its own list back (once per binding)"
+    RUNNER_CLAIMED = "RunnerClaimed", "Warning", "another binding names this binding's runner without having proved a token that may manage it (it writes nothing; once per such binding)"
     RESTORE_SKIPPED = "RestoreSkipped", "Warning", "deleted while the settings refuse it: nothing was restored (no token is sent to a URL they do not allow)"
     RESTORE_ABANDONED = "RestoreAbandoned", "Warning", "deletion: the restore kept failing; the binding is released, what is left is named"
     GUARANTEED_QOS = "GuaranteedQoS", "Warning", "a sandbox pod is Guaranteed with an integer CPU request: the CPU manager pins its CPUs"

@@ -50,7 +50,10 @@ class Common(_Reason):
 
     NOT_RECONCILED = "NotReconciled", "— (transient: the operator has not looked yet)"
     INVALID_SPEC = "InvalidSpec", "the spec does not validate against the operator's models (a CRD older than the operator?): re-apply crds/"
-    RUNNER_CONFLICT = "RunnerConflict", "an older binding manages the same runner; this one writes nothing: delete one"
+    RUNNER_CONFLICT = "RunnerConflict", (
+        "another binding keeps the same runner (one whose token proved it may manage it, the older of two such; "
+        "or an older one that has not tried yet); this one writes nothing: delete one. A binding whose token "
+        "cannot be read or is refused (status.runner.failure) blocks nobody")
     API_ERROR = "APIError", "transient (Unknown): a Kubernetes read failed (the message says which); retried with backoff"
     NOT_ALLOWED = "NotAllowed", (
         "the binding asks what the operator's settings do not allow (an API URL, another namespace, a system "

@@ -70,6 +70,20 @@ class PolicyStatus(_Status):
                                                    "keys: the corrections made, and whether the operator stopped.")
 
 
+class RunnerStatus(_Status):
+    """Whether this binding has proved it may manage the runner its spec names: its token was read and
+    the runner API answered one call for this id at this URL. Only a proven binding owns a runner
+    against others naming it (RunnerConflict); one whose attempt failed blocks nobody."""
+
+    id: str = Field(description="The runner id this record is for (spec.runner.id).")
+    api_url: str = Field(alias="apiURL", description="The API URL this record is for (spec.runner.apiURL).")
+    proven_time: Optional[str] = Field(default=None, description="When a runner API call with this binding's token "
+                                       "first succeeded for this runner.")
+    failure: Optional[str] = Field(default=None, description="Why the last attempt to prove it failed (a PolicySynced "
+                                   "reason: CredentialsMissing, Unauthenticated, PermissionDenied, RunnerNotFound); "
+                                   "absent once proven.")
+
+
 class ScopeTargetRef(_Status):
     """Which list the binding keeps (a change of target is cleaned up from the old one)."""
 
@@ -167,6 +181,8 @@ class BindingStatus(_Status):
     placement: Optional[PlacementStatus] = Field(default=None, description="Sandbox pod observations.")
     slurm: Optional[SlurmStatus] = Field(default=None, description="slurmrestd: the API version in use and why, the "
                                          "Slurm release, the token's expiry (spec.slurm.restAPI).")
+    runner: Optional[RunnerStatus] = Field(default=None, description="Whether the binding proved it may manage its "
+                                           "runner (only a proven binding owns it against others naming it).")
     last_handled_reconcile_at: Optional[str] = Field(
         default=None, description="The value of the sunksandbox.dev/reconcile-requested-at annotation the last "
         "reconcile handled.")

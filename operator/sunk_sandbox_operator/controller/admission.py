@@ -3,12 +3,14 @@ screened and decided by core/admission.py, the cross-object facts read here.
 
 Runs in every replica (see adapters/webhook.py for why not kopf's webhook server): nothing here
 writes, so the write gate stays shut on a standby. It runs on a thread and event loop of its own
-(adapters/webhook.py `LoopThread`) with its own client: a review reads only the operator's
-settings (immutable) and the API server, never the main loop's mutable state, so a tenant's
-reconcile does not delay it. The facts are read with the operator's own
-client under its RBAC: every binding (list, cluster-wide) and the token Secret (get, only where an
-admin bound the secret reader; Forbidden is a fact too). Each read is bounded by FACTS_TIMEOUT, well
-inside the webhook's timeoutSeconds, and one that fails or is late is Unknown: no warning.
+(adapters/webhook.py `LoopThread`) with its own client, so a tenant's reconcile does not delay it. A
+review reads the operator's settings (immutable), the API server, and the bindings on the same
+runner or target from the binding cache (controller/binding_cache.py, fed in every replica: no LIST
+per review; its lookups copy what they return and tolerate an entry removed meanwhile, as the main
+loop's watch applies events while this thread reads). The token Secret is read with the operator's
+own client under its RBAC (get, only where an admin bound the secret reader; Forbidden is a fact
+too), bounded by FACTS_TIMEOUT, well inside the webhook's timeoutSeconds: one that fails or is late
+is Unknown, no warning.
 The Secret's value is never decoded or kept (`Kube.secret_has_key`).
 """
 
@@ -24,7 +26,10 @@ from ..adapters.kubehttp import KubeHTTP
 from ..adapters.webhook import LoopThread, WebhookServer
 from ..api.spec import BindingSpec
 from ..core import admission as adm
+from ..core import conflicts
+from ..core.scope.target_ref import locate
 from ..core.tenancy import TenancyPolicy
+from .binding_cache import BindingCache
 from .context import Context
 
 log = logging.getLogger("sunk_sandbox_operator")
@@ -41,24 +46,34 @@ async def _secret(kube: k.KubeAPI, namespace: str, name: str, key: str) -> adm.S
         return adm.SecretFact.FORBIDDEN
 
 
-async def gather(kube: k.KubeAPI, namespace: str, spec: BindingSpec, timeout: float = FACTS_TIMEOUT) -> adm.Facts:
+def bindings(cache: BindingCache, namespace: str, spec: BindingSpec) -> list[dict] | None:
+    """The allowed bindings on the spec's runner or scope target, from the cache (None before its
+    first LIST is in: nothing is warned about then)."""
+    if not cache.ready:
+        return None
+    target = locate(spec, namespace).key_tuple
+    found = {conflicts.ref(b): b for b in (*cache.on_runner(spec.runner.id), *cache.on_target(target))}
+    return list(found.values())
+
+
+async def gather(kube: k.KubeAPI, cache: BindingCache, namespace: str, spec: BindingSpec,
+                 timeout: float = FACTS_TIMEOUT) -> adm.Facts:
     ref = spec.runner.token_secret_ref
-    bindings, secret = await asyncio.gather(asyncio.wait_for(kube.list_bindings(), timeout),
-                                            asyncio.wait_for(_secret(kube, namespace, ref.name, ref.key), timeout),
-                                            return_exceptions=True)
-    for what, got in (("listing bindings", bindings), ("reading the token Secret", secret)):
-        if isinstance(got, BaseException):
-            log.info("admission: %s failed (%s); not warned about", what, type(got).__name__)
-    return adm.Facts(bindings=None if isinstance(bindings, BaseException) else bindings,
-                     secret=secret if isinstance(secret, adm.SecretFact) else adm.SecretFact.UNKNOWN)
+    try:
+        secret = await asyncio.wait_for(_secret(kube, namespace, ref.name, ref.key), timeout)
+    except Exception as exc:  # noqa: BLE001 - any failure is Unknown: no warning
+        log.info("admission: reading the token Secret failed (%s); not warned about", type(exc).__name__)
+        secret = adm.SecretFact.UNKNOWN
+    return adm.Facts(bindings=bindings(cache, namespace, spec), secret=secret)
 
 
 @dataclass(frozen=True)
 class Reviews:
-    """What a review reads: the operator's settings and a client of the webhook's own loop."""
+    """What a review reads: the operator's settings, a client of the webhook's own loop, the binding cache."""
 
     tenancy: TenancyPolicy
     kube: k.KubeAPI
+    binding_cache: BindingCache
 
 
 async def review(ctx: Context | Reviews, body: dict) -> dict:
@@ -69,7 +84,8 @@ async def review(ctx: Context | Reviews, body: dict) -> dict:
         decision = screened.final
     else:
         assert screened.spec is not None
-        decision = adm.admitted(req, screened.spec, await gather(ctx.kube, req.namespace, screened.spec), ctx.tenancy)
+        facts = await gather(ctx.kube, ctx.binding_cache, req.namespace, screened.spec)
+        decision = adm.admitted(req, screened.spec, facts, ctx.tenancy)
     if not decision.allowed:
         log.info("admission: %s %s/%s denied: %s", req.operation, req.namespace, req.name, decision.message)
     elif decision.warnings:
@@ -90,11 +106,11 @@ async def serve(ctx: Context, client: Callable[[], k.KubeAPI] | None = None) -> 
         if access is None:
             raise RuntimeError("the webhook needs the operator's credentials (lifecycle.start)")
         client = lambda: k.Kube(KubeHTTP(access))  # noqa: E731
-    tenancy, make = ctx.tenancy, client
+    tenancy, make, cache = ctx.tenancy, client, ctx.binding_cache
 
     async def build() -> _Served:
         kube = make()
-        server = WebhookServer(lambda body: review(Reviews(tenancy, kube), body), config.webhook_cert_dir,
+        server = WebhookServer(lambda body: review(Reviews(tenancy, kube, cache), body), config.webhook_cert_dir,
                                config.webhook_address, config.webhook_port)
         await server.start()
         return _Served(server, kube)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..core import policy_contention, resync, selectors
+from ..core import scheduler_objects as so
 from ..core.units import parse_go_duration
 from ..core.tenancy import DEFAULT_API_URLS, DEFAULT_GRANT_ROLES, TenancyPolicy, check_allowed_urls, parse_reach
 
@@ -61,6 +62,9 @@ class Config:
     failpoints: str = ""
     # Items per LIST page of the Namespace and Pod informers (bounded memory while listing).
     list_page_size: int = 500
+    # What discovery keeps of one tenant-written ConfigMap or Pod in the scheduler's namespace (the keys
+    # and fields it reads, in bytes): one over it is skipped and named in SchedulerReady.
+    max_object_bytes: int = so.DEFAULT_MAX_OBJECT_BYTES
     # Deletion with Restore: attempts, and seconds between them, before the binding is released
     # anyway (with a Warning event) so a permanent error never leaves it Terminating forever.
     restore_retries: int = 30
@@ -93,6 +97,15 @@ class Config:
     slurm_pending_seconds: float = 60.0
     slurm_pending_polls: int = 3
     slurm_timeout_seconds: float = 15.0
+    # The runner API budget (adapters/runnerapi/limiter.py): every binding's calls take a token from
+    # its own bucket (this rate per second, bursts of this many) before one of the process-wide 10/s;
+    # a call that would wait longer than the bound is refused (Throttled) and retried with backoff.
+    runner_api_binding_rate: float = 1.0
+    runner_api_binding_burst: int = 5
+    runner_api_max_wait_seconds: float = 30.0
+    # Reconcile requests (the reconcile-requested-at annotation) are honoured at most once per this
+    # many seconds per binding; those made meanwhile fold into one at the interval's end.
+    reconcile_request_interval_seconds: float = 5.0
 
     def tenancy(self) -> TenancyPolicy:
         """What bindings may ask. ValueError when --sandbox-namespace-selector does not parse."""
@@ -141,6 +154,7 @@ def load() -> Config:
         metrics_port=int(_float("SSB_METRICS_PORT", 0)),
         metrics_address=os.environ.get("SSB_METRICS_ADDRESS") or "0.0.0.0",
         list_page_size=int(_float("SSB_LIST_PAGE_SIZE", 500)),
+        max_object_bytes=int(_float("SSB_MAX_OBJECT_BYTES", so.DEFAULT_MAX_OBJECT_BYTES)),
         operator_namespace=os.environ.get("POD_NAMESPACE") or os.environ.get("SSB_OPERATOR_NAMESPACE")
         or "sunk-sandbox-operator-system",
         failpoints=os.environ.get("SSB_FAILPOINTS", ""),
@@ -169,6 +183,10 @@ def load() -> Config:
         slurm_pending_seconds=_float("SSB_SLURM_PENDING_SECONDS", 60.0),
         slurm_pending_polls=int(_float("SSB_SLURM_PENDING_POLLS", 3)),
         slurm_timeout_seconds=_float("SSB_SLURM_TIMEOUT_SECONDS", 15.0),
+        runner_api_binding_rate=_float("SSB_RUNNER_API_BINDING_RATE", 1.0),
+        runner_api_binding_burst=int(_float("SSB_RUNNER_API_BINDING_BURST", 5)),
+        runner_api_max_wait_seconds=_float("SSB_RUNNER_API_MAX_WAIT_SECONDS", 30.0),
+        reconcile_request_interval_seconds=_float("SSB_RECONCILE_REQUEST_INTERVAL_SECONDS", 5.0),
     )
 
 

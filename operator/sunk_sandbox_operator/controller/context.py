@@ -22,7 +22,10 @@ from ..adapters.kube import KubeAPI
 from ..adapters.kubehttp import KubeHTTP
 from ..adapters.metrics import Metrics
 from ..adapters.ownership import OwnershipStore
+from ..adapters.runnerapi.limiter import Budget
+from ..adapters.runnerapi.client import DEFAULT_LIMITER
 from ..api.events import EventReason
+from .binding_cache import BindingCache
 from .caches import GrantCache, NamespaceCache, PodCache
 from .failpoints import Failpoints
 from .config import Config
@@ -83,8 +86,7 @@ class Context:
     pod_informer: Informer | None = None            # the sandbox pods' (one of `informers`)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)  # their running tasks
     http: KubeHTTP | None = None                    # the session the informers share
-    listed_bindings: frozenset[str] | None = None   # namespace/name of every allowed binding, as last listed
-    admissions: dict[tuple[str, int | None], bool] = field(default_factory=dict)  # (uid, generation) -> allowed
+    binding_cache: BindingCache = field(init=False)  # every binding, by runner and target (built below)
     depends: Dependencies = None  # type: ignore[assignment]  # scheduler objects and scope targets (built below)
     timers: Timers = field(init=False)  # delayed actions on the injected clock (built below)
     # controller.slurm_poll.Pollers: the shared slurmrestd pollers, made on first use (slurm_poll.pollers);
@@ -93,6 +95,7 @@ class Context:
     # The token values read (controller/credentials.py): the log filter and the event sink replace any
     # that still reaches a text (core/redact.py; the type-based `describe` is the first line).
     redactor: Redactor = field(default_factory=Redactor)
+    runner_budget: Budget = field(init=False)  # each binding's share of the runner API's calls (built below)
 
     def __post_init__(self) -> None:
         if self.event_sink is None:
@@ -103,9 +106,24 @@ class Context:
         if self.depends is None:
             self.depends = Dependencies(self)
         self.timers = Timers(self.monotonic, self.sleep)
+        self.runner_budget = Budget(DEFAULT_LIMITER, self.config.runner_api_binding_rate,
+                                    self.config.runner_api_binding_burst, self.config.runner_api_max_wait_seconds,
+                                    clock=self.monotonic, sleep=self.sleep)
         self.tenancy = self.config.tenancy()
+        self.binding_cache = BindingCache(self.tenancy, self.runner_changed)
         self.bindings.excluded = self.tenancy.system
         self.bindings.bound = self.tenancy.namespace_bound
+
+    def runner_changed(self, runner: str, changed: str) -> None:
+        """The bindings naming a runner, or their proofs, changed (`changed`: which one): a binding that
+        another one kept out of the runner looks again (it may keep it now), and so does one that has not
+        proved it may manage the runner (it tries now, rather than keep another waiting until its resync)."""
+        for state in self.bindings:
+            if state.ref == changed or state.spec is None or state.spec.runner.id != runner:
+                continue
+            proof = state.runner_proof or state.status.get("runner") or {}
+            if state.conflict or not proof.get("provenTime"):
+                state.wake.set()
 
     def reset_bindings(self) -> None:
         """Forget every binding (leadership lost): the next leader term starts from the API's state."""

@@ -21,6 +21,7 @@ from ..adapters.ownership import OwnershipStore
 from ..adapters.podwire import PodPageDecoder
 from ..api import keys
 from ..api.events import EventReason
+from ..core import resync as resync_core
 from ..core.redact import describe
 from . import budget, reconcile, watch
 from .config import Config, load
@@ -82,6 +83,12 @@ async def start(logger: logging.Logger, config: Config | None = None) -> Context
                         grants.apply, grants.keys, page_size=config.list_page_size, name="grant RoleBinding informer")
     grants.listed = informer.ready.is_set
     ctx.informers.append(informer)
+    # Every binding (runner conflicts, the webhook's facts), in every replica: a reconcile or a review
+    # reads the few it needs there instead of listing them all.
+    informer = Informer(http, Resource(f"/apis/{keys.GROUP}/{keys.VERSION}/{keys.PLURAL}"), ctx.binding_cache.apply,
+                        ctx.binding_cache.keys, page_size=config.list_page_size, name="binding informer")
+    ctx.binding_cache.listed = informer.ready.is_set
+    ctx.informers.append(informer)
     gc.disable()  # until the initial LISTs are in (Context.collect_after_lists: why, and the bound)
     ctx.tasks = [asyncio.create_task(i.run(), name=i.name) for i in ctx.informers]
     ctx.tasks.append(asyncio.create_task(ctx.collect_after_lists(), name="GC after the initial LISTs"))
@@ -103,11 +110,11 @@ async def stop(ctx: Context) -> None:
 
 def binding_event(ctx: Context, event_type: str | None, body: dict) -> None:
     if event_type == "DELETED":
-        # The binding is gone (its finalizer done): a younger binding on its runner takes over now.
+        # The binding is gone (its finalizer done): a binding it kept out of its runner takes over now.
         runner = ((body.get("spec") or {}).get("runner") or {}).get("id")
-        for other in ctx.bindings:
-            if other.conflict and other.spec is not None and other.spec.runner.id == runner:
-                other.wake.set()
+        if isinstance(runner, str):
+            meta = body.get("metadata") or {}
+            ctx.runner_changed(runner, f"{meta.get('namespace')}/{meta.get('name')}")
         return
     state = ctx.bindings.ensure(body)
     # Our own status patches come back as events too: only a spec change (generation), a reconcile
@@ -141,8 +148,35 @@ async def binding_loop(ctx: Context, body: dict, stopped: kopf.DaemonStopped) ->
         interval = reconcile.resync_seconds(state, ctx.config.min_resync_seconds)
         interval *= 1 + random.uniform(-ctx.config.resync_jitter, ctx.config.resync_jitter)
         woken = await _sleep_or_wake(state.wake, stopped, interval)
+        if woken and state.reconcile_request != state.handled_request:
+            await _fold_requests(ctx, state, stopped)
         # A reconcile request reads everything again, like a resync (its point is "check now").
         resync = not woken or state.reconcile_request != state.handled_request
+
+
+def _only_requested(state: BindingState) -> bool:
+    """Nothing but a reconcile request (or a dependency event) is pending: no spec change, no deletion."""
+    return state.generation == state.reconciled_generation and not state.body.get("metadata", {}).get(
+        "deletionTimestamp")
+
+
+async def _fold_requests(ctx: Context, state: BindingState, stopped: kopf.DaemonStopped) -> None:
+    """A reconcile request sooner than SSB_RECONCILE_REQUEST_INTERVAL_SECONDS after the last one honoured waits
+    for the interval's end; every request (and dependency event) arriving meanwhile folds into that one
+    reconcile. A spec change or a deletion ends the wait at once."""
+    while not stopped and _only_requested(state):
+        left = resync_core.request_wait(state.request_honoured_at, ctx.monotonic(),
+                                        ctx.config.reconcile_request_interval_seconds)
+        if left <= 0:
+            return
+        state.wake.clear()
+        waiters = [asyncio.ensure_future(state.wake.wait()), asyncio.ensure_future(stopped.wait()),
+                   asyncio.ensure_future(ctx.sleep(left))]
+        try:
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waiters:
+                w.cancel()
 
 
 async def _sleep_or_wake(wake: asyncio.Event, stopped: kopf.DaemonStopped, timeout: float) -> bool:

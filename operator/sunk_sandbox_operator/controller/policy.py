@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from typing import Callable
 
 from ..api.events import EventReason
 from ..adapters import kube as k
@@ -22,7 +23,7 @@ from ..core import policy_contention as contention
 from ..core import ownership as own
 from ..core import policy_decide as decide
 from ..core.compose import Part
-from . import credentials, retry
+from . import credentials, retry, runner_proof
 from .context import Context
 from .state import BindingState
 
@@ -88,13 +89,23 @@ def client(ctx: Context, state: BindingState) -> rc.RunnerClient:
         mem.token_digest = _digest(value)
         return value
 
-    calls = ctx.metrics.runner_api_calls
     mem.client = rc.RunnerClient(spec.runner.api_url, token, max_retries=2, backoff_max=2.0,
-                                 on_call=lambda method, code: calls.labels(method=method, code=code).inc())
+                                 limiter=ctx.runner_budget.share(state.key), on_call=on_call(ctx, state))
     mem.client_key = key
     if old is not None:  # credentials changed: close the old client (kept referenced until done)
         mem.closing = asyncio.ensure_future(old.aclose())
     return mem.client
+
+
+def on_call(ctx: Context, state: BindingState) -> Callable[[str, str], None]:
+    """What the client reports of each answer: the metric, and the binding's runner proof."""
+    calls = ctx.metrics.runner_api_calls
+
+    def answered(method: str, code: str) -> None:
+        calls.labels(method=method, code=code).inc()
+        runner_proof.observe(ctx, state, code)
+
+    return answered
 
 
 def _digest(token: str) -> str:
@@ -178,6 +189,8 @@ async def sync(ctx: Context, state: BindingState, scheduler_name: str | None, *,
         report = decide.conflict_exhausted(exc.attempts)
     except Problem as exc:
         report = decide.PolicyReport("False", exc.reason, exc.message)  # type: ignore[arg-type]  # only the token read raises here
+    except rc.Throttled as err:  # the operator's own budget: nothing was sent
+        report = decide.PolicyReport("False", PolicySynced.API_UNAVAILABLE, err.message)
     except rerr.RunnerAPIError as err:
         report = decide.api_error(err.code, err.message)
     except (k.KubeError, OSError) as exc:  # the ownership record: stays on this condition

@@ -1,6 +1,6 @@
 """The reconcile pipeline of one binding, and its deletion.
 
-discover the scheduler → report SchedulerReady → check runner conflicts → policy pipeline →
+discover the scheduler → report SchedulerReady → who keeps the runner (proof) → policy pipeline →
 scope pipeline → Slurm (read only) → placement → write status once. Each concern reports a `Part`; decisions are
 made in `core/`, I/O in `adapters/`; this module only sequences them.
 """
@@ -12,13 +12,13 @@ import logging
 from ..api.events import EventReason
 from ..adapters import kube as k
 from ..adapters import scheduler as sched
-from ..api.reasons import CONDITION_TYPES, Common, ConditionType
+from ..api.reasons import CONDITION_TYPES, Common, ConditionType, PolicySynced
 from ..core import conflicts, resync, scheduler, tenancy
 from ..core.budget import heaviest
 from ..core.compose import Part
 from ..core.policy_decide import TRANSIENT
 from ..core.redact import describe
-from . import placement, policy, scope, slurm, slurm_poll
+from . import depends, placement, policy, runner_proof, scope, slurm, slurm_poll
 from .budget import step, timed
 from .context import Context
 from .retry import FAILURE_BACKOFF
@@ -40,40 +40,57 @@ def resync_seconds(state: BindingState, minimum: float) -> float:
 
 
 async def discover(ctx: Context, state: BindingState) -> scheduler.Discovery:
+    """Over the scheduler namespace's Pods and ConfigMaps as their watches hold them (reduced to what
+    discovery reads: no LIST per reconcile; a first reconcile starts them and waits for their first
+    LIST), or, when they cannot list (refused, failing), one bounded read that says why."""
     spec = state.admitted_spec
-    objs = await sched.read(ctx.kube, spec.scheduler_namespace(state.namespace), spec.scheduler.pod_selector)
+    ns, cap = spec.scheduler_namespace(state.namespace), ctx.config.max_object_bytes
+    named = scheduler.scheduler_conf_location(spec, state.namespace)[:2]
+    objs = await ctx.depends.listed_scheduler_objects(ns, spec.scheduler.pod_selector, depends.FIRST_LIST_WAIT_SECONDS)
+    if objs is None:
+        objs = await sched.read(ctx.kube, ns, spec.scheduler.pod_selector, cap, named)
+    elif named[0]:
+        await sched.read_named(ctx.kube, objs, named, cap)
     if objs.error:
         return scheduler.Discovery(namespace=objs.namespace, selector=objs.selector, forbidden=objs.error)
     state.cost.inputs = heaviest(objs.configmaps, objs.pods)  # named if the reconcile overruns its budget
-    return scheduler.discover(spec, state.namespace, objs.pods, objs.configmaps)
+    d = scheduler.discover(spec, state.namespace, objs.pods, objs.configmaps)
+    d.errors.extend(skipped.note(ns, cap) for skipped in objs.skipped)
+    return d
 
 
-def _admissible(ctx: Context, body: dict) -> bool:
-    """Would this binding pass the tenancy check? A refused binding claims nothing: not a runner,
-    not a target, not names on a shared target (so it cannot squat another tenant's runner id).
-    Decided once per (uid, generation): the spec is what is checked."""
-    meta = body.get("metadata") or {}
-    key = (meta.get("uid") or "", meta.get("generation"))
-    memo = ctx.admissions
-    if key not in memo:
-        memo[key] = tenancy.admissible(body, ctx.tenancy)
-    return memo[key]
+def _verdict(ctx: Context, state: BindingState) -> conflicts.RunnerVerdict:
+    """Who keeps the runner among the bindings naming it (from the binding cache: no LIST), and whether
+    an older binding on the same scope target disagrees with this one. Only bindings the operator's
+    settings allow count (a refused binding claims nothing); `me` is the admitted body, with the proof
+    this process recorded."""
+    cache = ctx.binding_cache
+    me = runner_proof.me(state)
+    state.target_conflict = conflicts.shared_target_conflict(me, cache.on_target(conflicts.target_key(me)))
+    return conflicts.runner_verdict(me, cache.on_runner(state.admitted_spec.runner.id))
 
 
-async def _conflict(ctx: Context, state: BindingState) -> str | None:
-    """The older binding on the same runner id, if this one is the younger (it then writes nothing).
-    Also notes the bindings that exist (shared-target ledgers keep the entries of live ones only)
-    and whether an older binding on the same scope target disagrees with this one. Only bindings
-    the operator's settings allow count; `me` is the admitted body, not the live one."""
-    listed = await ctx.kube.list_bindings()
-    bindings = [b for b in listed if _admissible(ctx, b)]
-    uids = {(b.get("metadata") or {}).get("uid") for b in listed}
-    for key in [k for k in ctx.admissions if k[0] not in uids]:
-        del ctx.admissions[key]  # bounded by the bindings that exist
-    ctx.listed_bindings = frozenset(map(conflicts.ref, bindings))
-    me = state.admission.body
-    state.target_conflict = conflicts.shared_target_conflict(me, bindings)
-    return conflicts.older_owner(me, bindings)
+async def _owner(ctx: Context, state: BindingState) -> Part | None:
+    """Decide who keeps the runner (state.conflict); when this binding has not proved it may manage
+    it and a proof would decide it, try once first (one read with its own token). The PolicySynced
+    part when another binding keeps it (RunnerConflict) or this binding's attempt failed; else None."""
+    verdict = _verdict(ctx, state)
+    tried = None
+    if runner_proof.tier(state) != conflicts.PROVEN and (verdict.prove or (verdict.owner is None and verdict.claimants)):
+        tried = await runner_proof.attempt(ctx, state, policy.client(ctx, state))
+        verdict = _verdict(ctx, state)
+    state.conflict, state.conflict_checked = verdict.owner, True
+    if verdict.owner is not None:
+        message = runner_proof.conflict_message(state, verdict, tried)
+        return runner_proof.conflict_part(state, "PolicySynced", message)
+    claims = frozenset(verdict.claimants)
+    if claims - state.claims_warned:
+        ctx.event(state, EventReason.RUNNER_CLAIMED,
+                  f"binding(s) {', '.join(sorted(claims - state.claims_warned))} also name runner "
+                  f"{state.admitted_spec.runner.id} without having proved a token that may manage it: they write "
+                  "nothing while this binding keeps it")
+    state.claims_warned = claims
+    return tried
 
 
 async def _admit(ctx: Context, state: BindingState) -> list[tenancy.Violation]:
@@ -103,6 +120,8 @@ async def reconcile(ctx: Context, state: BindingState, *, resync: bool = True) -
 
 async def _reconcile(ctx: Context, state: BindingState, resync: bool) -> None:
     # A reconcile request is handled by this reconcile: its status write records it.
+    if state.reconcile_request is not None and state.reconcile_request != state.handled_request:
+        state.request_honoured_at = ctx.monotonic()
     state.handled_request = state.reconcile_request or state.handled_request
     if state.live_spec is None:
         state.reconciled_generation = state.generation
@@ -131,33 +150,28 @@ async def _reconcile(ctx: Context, state: BindingState, resync: bool) -> None:
     with timed(ctx, state, ConditionType.PLACEMENT_VERIFIED):
         placement.set_expectations(ctx, state, d)
 
-    try:
-        state.conflict = await _conflict(ctx, state)
-        state.conflict_checked = True
-    except TRANSIENT_ERRORS as exc:
-        transient = True
-        if not state.conflict_checked:  # never known: write nothing rather than fight an older binding
-            msg = f"listing bindings to check runner conflicts failed ({describe(exc)}); retrying"
-            state.report(Part("PolicySynced", "Unknown", Common.API_ERROR, msg))
-            state.report(Part("ScopeSynced", "Unknown", Common.API_ERROR, msg))
-    if not state.conflict_checked or state.conflict:
+    owned = await _owner(ctx, state)  # None: this binding keeps the runner and its proof did not fail
+    if state.conflict:
         state.policy.read_key = None  # the policy step did not run: the next one reads the runner
-    if not state.conflict_checked:
-        pass  # reported above: nothing is written until the conflict check has answered once
-    elif state.conflict:
-        msg = (f"binding {state.conflict} already manages runner {spec.runner.id}; this younger binding writes "
-               "nothing: delete one of them")
-        state.report(Part("PolicySynced", "False", Common.RUNNER_CONFLICT, msg))
-        state.report(Part("ScopeSynced", "False", Common.RUNNER_CONFLICT, msg))
+        assert owned is not None
+        state.report(owned)
+        state.report(runner_proof.conflict_part(state, "ScopeSynced", owned.message))
     else:
-        state.report(await step(ctx, state, ConditionType.POLICY_SYNCED,
-                                policy.sync(ctx, state, d.name, resync=resync)))
+        if owned is not None:  # its own attempt to prove failed: that is PolicySynced (no second call)
+            state.policy.read_key = None
+            state.report(owned)
+        else:
+            state.report(await step(ctx, state, ConditionType.POLICY_SYNCED,
+                                    policy.sync(ctx, state, d.name, resync=resync)))
+        if state.parts["PolicySynced"].reason == PolicySynced.CREDENTIALS_MISSING:
+            runner_proof.failed(state, PolicySynced.CREDENTIALS_MISSING)
         state.report(await step(ctx, state, ConditionType.SCOPE_SYNCED, scope.sync(ctx, state)))
     # Read only, so a younger conflicting binding checks Slurm too; its own token, its own request.
     state.report(await step(ctx, state, ConditionType.SLURM_READY, slurm.sync(ctx, slurm_poll.pollers(ctx), state)))
     ctx.slurm.checked(state)
     policy_part = state.parts["PolicySynced"]
-    transient = transient or (policy_part.status == "False" and policy_part.reason in TRANSIENT)
+    transient = transient or (policy_part.status == "False" and policy_part.reason in TRANSIENT) \
+        or policy_part.reason == Common.API_ERROR
     state.failures = state.failures + 1 if transient else 0
     with timed(ctx, state, ConditionType.PLACEMENT_VERIFIED):
         placement.report(ctx, state)
@@ -205,7 +219,8 @@ async def finalize(ctx: Context, state: BindingState) -> None:
                 await policy.forget(ctx, state)
                 return
             spec = state.admitted_spec
-            if spec.deletion_policy == "Orphan" or spec.mode == "Observe" or await _conflict(ctx, state):
+            await ctx.synced()  # the binding cache's first LIST is in
+            if spec.deletion_policy == "Orphan" or spec.mode == "Observe" or _verdict(ctx, state).owner:
                 await policy.forget(ctx, state)
                 return
             await policy.restore(ctx, state)
@@ -218,6 +233,7 @@ def forget(ctx: Context, state: BindingState) -> None:
     """The binding is gone: stop its timers and tasks, drop its state (and so its metrics)."""
     state.close()
     ctx.bindings.forget(state.key)
+    ctx.runner_budget.forget(state.key)
     ctx.depends.refresh()
     if ctx.slurm is not None:
         ctx.slurm.refresh()

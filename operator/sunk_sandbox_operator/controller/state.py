@@ -152,11 +152,14 @@ class BindingState:
     parts: dict[str, Part] = field(default_factory=dict)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     discovery: Discovery | None = None
-    conflict: str | None = None                          # the older binding on our runner, if any
+    conflict: str | None = None                          # the binding that keeps our runner, if not us
+    runner_proof: dict | None = None                     # status.runner as recorded, until written
+    claims_warned: frozenset[str] = frozenset()          # unproven bindings naming our runner, told in an event
     conflict_checked: bool = False                       # a reconcile has looked (scope signals wait for it)
     target_conflict: str | None = None                   # an older binding on our scope target disagrees
     reconciled_generation: int | None = None
     handled_request: str | None = None                   # the reconcile-requested-at value last handled
+    request_honoured_at: float | None = None             # when (monotonic) a reconcile last handled a new one
     failures: int = 0                                    # consecutive transient policy failures
     policy: PolicyMemory = field(default_factory=PolicyMemory)
     scope: ScopeMemory | None = None

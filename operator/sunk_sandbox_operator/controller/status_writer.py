@@ -14,6 +14,7 @@ from ..adapters import kube as k
 from ..api.reasons import CONDITION_TYPES, Common
 from ..core import compose, resync
 from ..core import conditions as c
+from . import runner_proof
 from .coalescer import Coalescer
 from .context import Context
 from .state import BindingState
@@ -35,7 +36,9 @@ async def flush(ctx: Context, state: BindingState) -> bool:
         # The generation the parts were computed for: a spec edited since is not observed yet.
         generation = state.reconciled_generation if state.reconciled_generation is not None else state.generation
         note = resync.decide(state.spec.resync_interval, ctx.config.min_resync_seconds).note if state.spec else None
-        new = compose.compose(state.status, parts, generation, ctx.now_iso(), state.handled_request, note)
+        runner = runner_proof.section(state)
+        new = compose.compose(state.status, parts, generation, ctx.now_iso(), state.handled_request, note,
+                              {"runner": runner} if runner is not None else None)
         if compose.without_volatile(new) == compose.without_volatile(state.status):
             return False
         patch = compose.merge_patch(state.status, new)

@@ -5,8 +5,9 @@
     deny     a spec that does not parse (the model's message), or one that `tenancy.violations`
              refuses: every violation, each naming the field and the fix (403)
     warn     allowed, with admission warnings from cross-object facts the caller gathered
-             (`Facts`): an older binding already manages the runner, other bindings write the same
-             scope target, the token Secret does not exist yet or lacks the key
+             (`Facts`): another binding keeps the runner, or bindings name it without having proved
+             a token that may manage it, other bindings write the same scope target, the token
+             Secret does not exist yet or lacks the key
 
 The controller asks `tenancy.violations` too and stays the authority: the webhook is optional and
 fails open (failurePolicy Ignore), so nothing here is the last line. A fact that could not be
@@ -89,7 +90,7 @@ class SecretFact(enum.Enum):
 class Facts:
     """Cross-object facts, read through the Kubernetes API by the caller."""
 
-    bindings: list[dict[str, Any]] | None = None  # every binding as listed (None: not known)
+    bindings: list[dict[str, Any]] | None = None  # the allowed bindings on its runner or target (None: not known)
     secret: SecretFact = SecretFact.UNKNOWN        # the spec's runner.tokenSecretRef
 
 
@@ -164,10 +165,7 @@ def warnings(req: Request, spec: BindingSpec, facts: Facts, policy: tenancy.Tena
     if facts.bindings is not None:
         me = _me(req)
         others = [b for b in facts.bindings if conflicts.ref(b) != conflicts.ref(me)]
-        owner = conflicts.older_owner(me, others)
-        if owner:
-            out.append(f"runner {spec.runner.id} is already bound by binding {owner} (older): this binding will "
-                       "write nothing (RunnerConflict) while that one exists; delete one of them")
+        out += _runner_warnings(spec.runner.id, conflicts.runner_verdict(me, others))
         key = conflicts.target_key(me)
         sharing = sorted(conflicts.ref(b) for b in others if conflicts.target_key(b) == key)
         disagree = conflicts.shared_target_conflict(me, others) if sharing else None
@@ -187,6 +185,24 @@ def warnings(req: Request, spec: BindingSpec, facts: Facts, policy: tenancy.Tena
     elif facts.secret is SecretFact.FORBIDDEN:
         out.append(f"the operator may not read Secrets in namespace {req.namespace}, so {secret} was not checked and "
                    "cannot be used: grant it with a RoleBinding to the ClusterRole sunk-sandbox-operator-secret-reader")
+    return out
+
+
+def _runner_warnings(runner: str, verdict: conflicts.RunnerVerdict) -> list[str]:
+    """Who keeps the runner, for the binding under review (a new one has not proved anything yet): the
+    binding that keeps it, or the ones naming it that have not proved they may (told to the owner)."""
+    out: list[str] = []
+    if verdict.owner is not None and verdict.owner_tier == conflicts.PROVEN:
+        out.append(f"runner {runner} is already bound by binding {verdict.owner}, whose token proved it may manage "
+                   "it: this binding will write nothing (RunnerConflict) while that one exists; delete one of them")
+    elif verdict.owner is not None:
+        out.append(f"runner {runner} is already bound by binding {verdict.owner} (older), which has not proved yet "
+                   "that its token may manage it: this binding writes nothing (RunnerConflict) until that one "
+                   "has tried, and keeps the runner if that one's token cannot be read or is refused")
+    claimants = [c for c in verdict.claimants if c != verdict.owner]
+    if claimants:
+        out.append(f"binding(s) {', '.join(claimants)} also name runner {runner} but have not proved a token that "
+                   "may manage it: they block nothing, and write nothing while a binding that has keeps the runner")
     return out
 
 

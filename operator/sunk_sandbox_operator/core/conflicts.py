@@ -1,17 +1,27 @@
 """Which binding owns a runner when several name it (pure).
 
-The runner has one policy: two bindings writing it would fight. The oldest binding (creation
-time, then namespace/name so the order is total) owns it; every younger one writes nothing.
+The runner has one policy: two bindings writing it would fight. Naming a runner id is not enough
+to own it: a binding owns it only once it has *proved* it may manage it (its token was read and
+the runner API answered one call for this id at this URL: `status.runner.provenTime`). Proven
+bindings come first, the oldest of them (creation time, then namespace/name, so the order is
+total) owns the runner; among bindings that have not proved it, one that has not tried yet ranks
+before one whose attempt failed (a Secret that does not exist, a token the API refuses), so a
+binding naming another tenant's runner with no usable token blocks nobody. Every other binding
+writes nothing.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
+from ..api.keys import DEFAULT_API_URL
 from ..api.spec import parse_spec
 from .scope.target_ref import locate
+
+PROVEN, UNTRIED, FAILED = 0, 1, 2  # proof tiers, in rank order
 
 
 def _age_key(binding: dict[str, Any]) -> tuple[str, str, str]:
@@ -29,19 +39,59 @@ def _runner_id(binding: dict[str, Any]) -> str | None:
     return ((binding.get("spec") or {}).get("runner") or {}).get("id")
 
 
-def older_owner(me: dict[str, Any], others: list[dict[str, Any]]) -> str | None:
-    """namespace/name of an older binding (live or still finalizing) on the same runner id, or None
-    if `me` owns it."""
-    mine = _age_key(me)
+def _api_url(binding: dict[str, Any]) -> str:
+    return ((binding.get("spec") or {}).get("runner") or {}).get("apiURL") or DEFAULT_API_URL
+
+
+def proof_tier(binding: dict[str, Any]) -> int:
+    """PROVEN, UNTRIED or FAILED for the runner id and URL its spec names now (`status.runner`
+    records them: a proof for another runner or URL does not count)."""
+    proof = (binding.get("status") or {}).get("runner")
+    if not isinstance(proof, dict) or proof.get("id") != _runner_id(binding) or proof.get("apiURL") != _api_url(binding):
+        return UNTRIED
+    if proof.get("provenTime"):
+        return PROVEN
+    return FAILED if proof.get("failure") else UNTRIED
+
+
+def _rank(binding: dict[str, Any]) -> tuple[int, tuple[str, str, str]]:
+    return (proof_tier(binding), _age_key(binding))
+
+
+@dataclass(frozen=True)
+class RunnerVerdict:
+    """Who keeps `me`'s runner. `owner` None: `me` does."""
+
+    owner: str | None = None
+    owner_tier: int = PROVEN
+    prove: bool = False           # `me` has not proved it may manage the runner, and a proof now would make it
+                                  # the owner: try once (one read), then decide again
+    claimants: tuple[str, ...] = ()  # bindings naming the runner that have not proved it (the owner is told)
+
+
+def runner_verdict(me: dict[str, Any], others: list[dict[str, Any]]) -> RunnerVerdict:
+    """The verdict for `me` among the bindings (live or still finalizing) naming the same runner id.
+
+    An older binding being deleted still counts until it is gone: its finalizer may be restoring the
+    policy, and a takeover meanwhile would be undone by that restore. A binding that has not tried
+    to prove it yet is waited for (it tries at its first reconcile): racing it would let a younger
+    binding write first, then lose the runner to it."""
     runner = _runner_id(me)
-    for other in sorted(others, key=_age_key):
-        # An older binding being deleted still owns the runner until it is gone: its finalizer may be
-        # restoring the policy, and a takeover meanwhile would be undone by that restore.
-        if _age_key(other)[1:] == mine[1:] or _runner_id(other) != runner:
-            continue
-        if _age_key(other) < mine:
-            return ref(other)
-    return None
+    rivals = [o for o in others if _runner_id(o) == runner and _age_key(o)[1:] != _age_key(me)[1:]]
+    claimants = tuple(sorted(ref(o) for o in rivals if proof_tier(o) != PROVEN))
+    if not rivals:
+        return RunnerVerdict()
+    top = min(rivals, key=_rank)
+    if _rank(me) < _rank(top):
+        return RunnerVerdict(claimants=claimants)
+    top_tier = proof_tier(top)
+    would_win = _age_key(me) < _age_key(top) if top_tier == PROVEN else top_tier == FAILED
+    return RunnerVerdict(ref(top), top_tier, prove=proof_tier(me) != PROVEN and would_win, claimants=claimants)
+
+
+def older_owner(me: dict[str, Any], others: list[dict[str, Any]]) -> str | None:
+    """namespace/name of the binding that keeps `me`'s runner (`runner_verdict`), or None if `me` does."""
+    return runner_verdict(me, others).owner
 
 
 # ---------------------------------------------------------------- shared scope targets

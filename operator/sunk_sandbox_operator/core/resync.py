@@ -61,3 +61,12 @@ def parse_setting(text: str) -> float:
     if seconds < 0:
         raise ValueError(f"--min-resync-interval / SSB_MIN_RESYNC_INTERVAL: {text!r} is negative")
     return seconds
+
+
+def request_wait(honoured_at: float | None, now: float, interval: float) -> float:
+    """Seconds a reconcile request must wait: requests are honoured at most once per `interval`
+    (SSB_RECONCILE_REQUEST_INTERVAL_SECONDS) per binding, so a tenant annotating its binding in a loop buys
+    one full reconcile (and one runner read) per interval, not one per annotation."""
+    if honoured_at is None:
+        return 0.0
+    return max(0.0, honoured_at + interval - now)

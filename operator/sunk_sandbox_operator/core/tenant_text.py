@@ -161,6 +161,7 @@ NOT_TENANT_TEXT: dict[str, str] = {
     "adapters/kube.Kube.read_secret_key": "a Secret value base64-decoded by C in one pass; used as a token, never parsed",
     "adapters/kubeconfig.*": "the admin's kubeconfig",
     "adapters/kubehttp.*": "the API server's JSON: orjson, C, one pass, nesting at most 1,024",
+    "adapters/informer.Informer.list": "a LIST page of the API server (orjson or the page decoder, C, one pass)",
     "adapters/podwire.*": "the API server's pod pages: msgspec and orjson, C, one pass",
     "adapters/runnerapi/*": "the runner API emulator's own settings (tests, demo)",
     "adapters/slurmrest.*": "slurmrestd's answers, from a URL the admin allowed (the Slurm client's own bounds)",

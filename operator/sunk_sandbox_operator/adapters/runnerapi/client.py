@@ -3,8 +3,9 @@
 Two calls: GetManagedRunner and UpdateManagedRunner (domain.md section 5). The client retries,
 with exponential backoff and full jitter, only the codes where retrying is safe and useful
 (unavailable, deadline_exceeded, resource_exhausted); a stale etag is the caller's to handle
-(re-read, re-merge, resend). Every HTTP attempt first takes a token from a rate limiter
-shared by the whole process, so many bindings cannot hammer the API together.
+(re-read, re-merge, resend). Every HTTP attempt first takes a token from its limiter: a
+binding's share of one process-wide budget (limiter.py), so many bindings cannot hammer the API
+together and no one binding can spend the others' calls; a limiter that refuses raises Throttled.
 
 The bearer token is fetched at each call (rotation works), stripped, sent only in the
 Authorization header, and scrubbed from every error message; it is never logged.
@@ -18,8 +19,6 @@ import inspect
 import logging
 import random
 import ssl
-import threading
-import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Mapping
 
@@ -50,15 +49,19 @@ from .errors import (  # re-exported: callers import everything from here
     error_for,
     is_stale_etag,
 )
+from .limiter import Budget, Limiter, RateLimiter, Share, Throttled
 
 __all__ = [
     "DEFAULT_LIMITER",
+    "Budget",
     "ERROR_CLASSES",
     "ManagedRunner",
     "RateLimiter",
     "RunnerAPIError",
     "RunnerClient",
     "SERVICE",
+    "Share",
+    "Throttled",
     "error_for",
     "is_stale_etag",
     "parse_managed_runner",
@@ -167,50 +170,7 @@ def _redact(text: str, secret: str) -> str:
     return text.replace(secret, "[REDACTED]") if secret else text
 
 
-# ---------------------------------------------------------------- rate limiter
-
-
-class RateLimiter:
-    """Token bucket: `rate` requests per second on average, bursts up to `burst`.
-
-    Reservation-based (each caller books the next free slot under a thread lock, then sleeps
-    outside it), so one instance can be shared by every event loop and thread of the process.
-    """
-
-    def __init__(
-        self,
-        rate: float = 10.0,
-        burst: int = 20,
-        *,
-        clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
-    ) -> None:
-        if rate <= 0 or burst < 1:
-            raise ValueError("rate must be > 0 and burst >= 1")
-        self.rate = float(rate)
-        self.burst = int(burst)
-        self._clock = clock
-        self._sleep = sleep
-        self._tokens = float(burst)
-        self._last = clock()
-        self._lock = threading.Lock()
-
-    def reserve(self) -> float:
-        """Book one token; return how long to wait before using it."""
-        with self._lock:
-            now = self._clock()
-            self._tokens = min(float(self.burst), self._tokens + (now - self._last) * self.rate)
-            self._last = now
-            self._tokens -= 1.0
-            return 0.0 if self._tokens >= 0 else -self._tokens / self.rate
-
-    async def acquire(self) -> None:
-        wait = self.reserve()
-        if wait > 0:
-            await self._sleep(wait)
-
-    def __repr__(self) -> str:
-        return f"RateLimiter(rate={self.rate}, burst={self.burst})"
+# ---------------------------------------------------------------- rate limiter (limiter.py)
 
 
 # Process-wide: all clients share the API's budget unless told otherwise.
@@ -238,7 +198,7 @@ class RunnerClient:
         max_retries: int = 4,
         backoff_base: float = 0.2,
         backoff_max: float = 5.0,
-        limiter: RateLimiter | None = None,
+        limiter: Limiter | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
         on_call: Callable[[str, str], None] | None = None,
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
@@ -249,7 +209,7 @@ class RunnerClient:
         self.max_retries = max(0, int(max_retries))
         self.backoff_base = backoff_base
         self.backoff_max = backoff_max
-        self.limiter = limiter if limiter is not None else DEFAULT_LIMITER
+        self.limiter: Limiter = limiter if limiter is not None else DEFAULT_LIMITER
         self._on_call = on_call
         self._sleep = sleep
         self._rng = rng or random.Random()

@@ -115,10 +115,10 @@ def ours(state: BindingState, read: targets.TargetRead, mem: ScopeMemory) -> Ent
 
 def others(ctx: Context, state: BindingState, read: targets.TargetRead) -> frozenset[str]:
     """What the other live bindings on this target added (their ledger entries). An entry is dead
-    only when its binding is known gone: not in the last list of bindings and not known here."""
+    only when its binding is known gone: not in the binding cache (or refused) and not known here."""
     known = {s.ref for s in ctx.bindings}
-    listed = ctx.listed_bindings
-    live = (lambda ref: True) if listed is None else (lambda ref: ref in listed or ref in known)
+    cache = ctx.binding_cache
+    live = (lambda ref: True) if not cache.ready else (lambda ref: cache.allowed(ref) or ref in known)
     return frozenset(n for ref, e in read.ledger.entries.items() if ref != state.ref and live(ref) for n in e.added)
 
 
