@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sunk_sandbox_operator.core import argv, scheduler_conf, selectors, tenancy, units
+from sunk_sandbox_operator.core.tenant_text import printable
 
 # ---------------------------------------------------------------- the old implementations
 
@@ -57,7 +58,7 @@ def _old_slurm_kill_wait(text: str) -> tuple[int | None, str | None]:
                 if raw.isdigit():
                     value, error = int(raw), None
                 else:
-                    error = f"slurm.conf line {lineno}: KillWait={raw!r} is not whole seconds"
+                    error = f"slurm.conf line {lineno}: KillWait={printable(raw)} is not whole seconds"  # shown escaped now
     return value, error
 
 
