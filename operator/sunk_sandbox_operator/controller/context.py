@@ -94,7 +94,7 @@ class Context:
 
     def __post_init__(self) -> None:
         if self.event_sink is None:
-            self.event_sink = events.KubeEventSink(self.kube, self.now_iso)
+            self.event_sink = events.KubeEventSink(self.kube, self.now_iso, self.monotonic)
         self._post = events.safe(self.event_sink, self.redactor.redact)
         if self.metrics is None:
             self.metrics = Metrics(lambda: self.bindings.samples())

@@ -2,7 +2,9 @@
 
 `flush` writes at once (end of a reconcile); `request_flush` coalesces bursts (pod churn) into
 at most one patch per `status_min_interval_seconds`, through the shared Coalescer. One event
-per condition whose status (or, while False, reason) changed.
+per condition whose status (or, while False, reason) changed from a state it had: a condition's
+first state (none before, or NotReconciled) is no change, and posts nothing unless it is False (a
+Warning that names the fix), so a healthy binding's first reconcile says only what it wrote.
 """
 
 from __future__ import annotations
@@ -71,11 +73,14 @@ def request_flush(ctx: Context, state: BindingState,
 
 
 def condition_events(ctx: Context, state: BindingState, old: list[dict], new: list[dict]) -> None:
-    """One event per condition whose status flipped, or whose reason changed while False."""
+    """One event per condition whose status flipped, or whose reason changed while False; a first
+    state only when False."""
     for cond in new:
         if cond["type"] == "Ready" or cond.get("reason") == Common.NOT_RECONCILED:
             continue
         before = c.find(old, cond["type"])
+        if (before is None or before.get("reason") == Common.NOT_RECONCILED) and cond["status"] != "False":
+            continue
         # True→True reason changes (e.g. DriftCorrected) come with their own explicit event.
         if before and before.get("status") == cond["status"] and (
                 cond["status"] != "False" or before.get("reason") == cond["reason"]):
