@@ -124,11 +124,13 @@ async def binding_loop(ctx: Context, body: dict, stopped: kopf.DaemonStopped) ->
     while not stopped:
         state.wake.clear()
         ctx.metrics.reconciles.labels(handler="binding").inc()
+        started = ctx.monotonic()
         try:
             await reconcile.reconcile(ctx, state, resync=resync)
         except Exception:
             ctx.metrics.reconcile_errors.labels(handler="binding").inc()
             log.exception("reconcile of %s failed", state.ref)
+        ctx.metrics.reconcile_duration.labels(handler="binding").observe(ctx.monotonic() - started)
         interval = reconcile.resync_seconds(state, ctx.config.min_resync_seconds)
         interval *= 1 + random.uniform(-ctx.config.resync_jitter, ctx.config.resync_jitter)
         woken = await _sleep_or_wake(state.wake, stopped, interval)
@@ -151,10 +153,12 @@ async def binding_deleted(ctx: Context, body: dict, attempt: int) -> float | Non
     """Finalize; a delay when the restore failed and should be retried, None when done."""
     state: BindingState = ctx.bindings.ensure(body)
     ctx.metrics.reconciles.labels(handler="delete").inc()
+    started = ctx.monotonic()
     try:
         await reconcile.finalize(ctx, state)
     except Exception as exc:
         ctx.metrics.reconcile_errors.labels(handler="delete").inc()
+        ctx.metrics.reconcile_duration.labels(handler="delete").observe(ctx.monotonic() - started)
         if attempt + 1 < ctx.config.restore_retries:
             log.warning("restore of %s failed (attempt %d): %s", state.ref, attempt + 1, describe(exc))
             return ctx.config.restore_retry_delay_seconds
@@ -163,5 +167,7 @@ async def binding_deleted(ctx: Context, body: dict, attempt: int) -> float | Non
                   f"could not put back what the operator changed after {attempt + 1} attempts ({describe(exc)}); the "
                   "binding is released: check the runner policy (status.policy.owned) and the scope list by hand")
         log.warning("restore of %s abandoned after %d attempts: %s", state.ref, attempt + 1, describe(exc))
+    else:
+        ctx.metrics.reconcile_duration.labels(handler="delete").observe(ctx.monotonic() - started)
     reconcile.forget(ctx, state)
     return None
