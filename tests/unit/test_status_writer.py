@@ -203,3 +203,21 @@ async def test_a_failing_event_sink_never_breaks_a_flush(harness) -> None:
         state.report(Part(ctype, "Unknown", "NotReconciled", "not yet"))
     state.report(Part("SchedulerReady", "False", "SchedulerNotFound", "no pods"))
     assert await flush(ctx, state) is True
+
+
+async def test_a_late_echo_of_an_older_write_does_not_hide_a_change(harness) -> None:
+    """kopf may hand over the echo of an older status write after a newer one was written: the change
+    after it is still said (the previous state is what this process last wrote)."""
+    h = harness()
+    state = h.binding()
+    for ctype in CONDITION_TYPES[1:]:
+        state.report(Part(ctype, "True", "Fine", "all good"))
+    await flush(h.ctx, state)
+    echo = {**state.body, "status": dict(state.status)}        # the first write, as kopf will hand it over
+    state.report(Part("SchedulerReady", "False", "SchedulerNotRunning", "none Ready"))
+    await flush(h.ctx, state)
+    state.update_body(echo)                                     # late: says SchedulerReady is True
+    state.report(Part("SchedulerReady", "True", "SchedulerFound", "1 Ready"))
+    await flush(h.ctx, state)
+    assert [(kind, reason) for kind, reason, _ in h.events] == [("Warning", "SchedulerNotRunning"),
+                                                                ("Normal", "SchedulerFound")]

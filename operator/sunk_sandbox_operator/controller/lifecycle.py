@@ -14,7 +14,7 @@ import random
 import kopf
 
 from ..adapters.informer import Informer, Resource
-from ..adapters import kubeconfig, logsafe
+from ..adapters import kubeconfig, logfields, logsafe
 from ..adapters.kube import Kube
 from ..adapters.kubehttp import KubeHTTP
 from ..adapters.ownership import OwnershipStore
@@ -120,6 +120,7 @@ def binding_event(ctx: Context, event_type: str | None, body: dict) -> None:
 async def binding_loop(ctx: Context, body: dict, stopped: kopf.DaemonStopped) -> None:
     """Reconcile now, then every resyncInterval (jittered) or as soon as something wakes us."""
     state = ctx.bindings.ensure(body)
+    logfields.bind(binding=state.ref, namespace=state.namespace)  # this task's lines (and its children's)
     resync = True  # the first reconcile reads everything
     while not stopped:
         state.wake.clear()
@@ -152,6 +153,14 @@ async def _sleep_or_wake(wake: asyncio.Event, stopped: kopf.DaemonStopped, timeo
 async def binding_deleted(ctx: Context, body: dict, attempt: int) -> float | None:
     """Finalize; a delay when the restore failed and should be retried, None when done."""
     state: BindingState = ctx.bindings.ensure(body)
+    token = logfields.bind(binding=state.ref, namespace=state.namespace)
+    try:
+        return await _finalize(ctx, state, attempt)
+    finally:
+        logfields.reset(token)
+
+
+async def _finalize(ctx: Context, state: BindingState, attempt: int) -> float | None:
     ctx.metrics.reconciles.labels(handler="delete").inc()
     started = ctx.monotonic()
     try:

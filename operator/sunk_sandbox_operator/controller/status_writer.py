@@ -13,6 +13,7 @@ import logging
 from typing import Callable
 
 from ..adapters import kube as k
+from ..adapters import logfields
 from ..api.reasons import CONDITION_TYPES, Common
 from ..core import compose, resync
 from ..core import conditions as c
@@ -47,10 +48,12 @@ async def flush(ctx: Context, state: BindingState) -> bool:
             written = await ctx.kube.patch_binding_status(state.namespace, state.name, patch)
         except k.NotFound:
             return False
-        old_conditions = state.status.get("conditions") or []
+        said = state.conditions_written
+        old_conditions = said if said is not None else state.status.get("conditions") or []
         state.status = dict(written.get("status") or new)
         state.counters.status_patches += 1
-        condition_events(ctx, state, old_conditions, state.status.get("conditions") or [])
+        state.conditions_written = list(state.status.get("conditions") or [])
+        condition_events(ctx, state, old_conditions, state.conditions_written)
         return True
 
 
@@ -68,7 +71,8 @@ def request_flush(ctx: Context, state: BindingState,
             await flush(ctx, state)
 
         state.flusher = Coalescer(run, min_interval=lambda: ctx.config.status_min_interval_seconds,
-                                  clock=ctx.monotonic, sleep=ctx.sleep, name=f"status flush of {state.ref}")
+                                  clock=ctx.monotonic, sleep=ctx.sleep, name=f"status flush of {state.ref}",
+                                  context=logfields.context_with(binding=state.ref, namespace=state.namespace))
     state.flusher.signal()
 
 
