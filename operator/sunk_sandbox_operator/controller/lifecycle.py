@@ -9,12 +9,15 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
 import random
+import socket
 
 import kopf
 
 from ..adapters.informer import Informer, Resource
-from ..adapters import kubeconfig, logfields, logsafe
+from .. import __version__
+from ..adapters import kubeconfig, logfields, logsafe, settings
 from ..adapters.kube import Kube
 from ..adapters.kubehttp import KubeHTTP
 from ..adapters.ownership import OwnershipStore
@@ -39,6 +42,18 @@ def configure(settings: kopf.OperatorSettings) -> None:
     settings.posting.level = logging.WARNING  # events are posted explicitly, not from kopf's log lines
     settings.watching.server_timeout = 300
     settings.execution.max_workers = 16
+
+
+async def publish_settings(ctx: Context) -> None:
+    """The leader's tenancy settings, where `doctor` reads them (adapters/settings.py); at the start of
+    each leadership term. A failure is said and changes nothing else: the doctor then says it has none."""
+    by = os.environ.get("POD_NAME") or socket.gethostname()
+    try:
+        await settings.publish(ctx.kube, ctx.config.operator_namespace,
+                               ctx.config.published(ctx.now_iso(), by, __version__))
+    except Exception as exc:  # noqa: BLE001 - best effort, like events
+        log.warning("settings not published in ConfigMap %s/%s (doctor will not see them): %s",
+                    ctx.config.operator_namespace, settings.NAME, describe(exc))
 
 
 def login(ctx: Context) -> kopf.ConnectionInfo:

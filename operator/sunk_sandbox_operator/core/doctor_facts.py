@@ -98,6 +98,7 @@ class Observation:
     partition: str | None = None
     slurm: SlurmObservation | None = None  # the pinned partition (or a ping) asked of slurmrestd; None: not configured
     slurm_refused: str | None = None       # slurmrestd's URL is not one the operator allows: nothing was sent
+    settings: str = ""                     # which settings judged it (the operator's published, flags, defaults)
 
     def knob(self, spec_field: str, flag: str) -> str:
         """Where the admin sets it: the binding's field, or the doctor's flag before any binding."""
