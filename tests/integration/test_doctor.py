@@ -244,4 +244,5 @@ def test_with_no_settings_of_its_own_the_doctor_judges_with_the_operators(instal
     assert out.stdout.splitlines()[1].startswith(f"settings: the defaults (runner API https://api.coreweave.com only")
     assert f"the operator published none in ConfigMap {ns}/{NAME}" in out.stdout.splitlines()[1]
     refused = out.stdout.splitlines()[2]
-    assert refused.startswith(f"✗ binding allowed: the operator refuses {ns}/b") and "(judged with the defaults: no settings of the operator" in refused
+    assert refused.startswith(f"✗ binding allowed: the operator refuses {ns}/b")
+    assert "(judged with the defaults: no settings of the operator" in refused
