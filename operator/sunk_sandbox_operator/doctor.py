@@ -274,7 +274,8 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     bad = doctor.failed(results)
     if args.output == "json":
         print(json.dumps({"binding": obs.binding, "schedulerNamespace": obs.scheduler_namespace, "ok": not bad,
-                          "settings": said, "checks": [{"id": r.id, "name": r.name, "ok": r.ok, "detail": r.detail, "fix": r.fix}
+                          "settings": said,
+                          "checks": [{"id": r.id, "name": r.name, "ok": r.ok, "detail": r.detail, "fix": r.fix}
                                      for r in results]}, indent=2))
     else:
         what = f"binding {obs.binding}" if obs.binding else "prerequisites (no binding)"
