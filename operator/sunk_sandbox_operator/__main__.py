@@ -33,8 +33,12 @@ def _run(argv: list[str]) -> int:
                         help="serve Prometheus metrics on this port (0: off)")
     parser.add_argument("--metrics-address", default=None,
                         help="address the metrics server listens on (default 0.0.0.0; SSB_METRICS_ADDRESS)")
-    parser.add_argument("--log-format", choices=["plain", "full", "json"], default="full")
-    parser.add_argument("--verbose", action="store_true")
+    parser.add_argument("--log-format", choices=["plain", "full", "json"], default="full",
+                        help="json: one object a line, with binding, namespace, reason (pod, job) as fields")
+    parser.add_argument("--log-level", choices=LOG_LEVELS, default=None,
+                        help="the lowest level logged (default info; SSB_LOG_LEVEL); debug shows the libraries' "
+                        "lines too, as --verbose does")
+    parser.add_argument("--verbose", action="store_true", help="log everything: --log-level=debug")
     parser.add_argument("--scope-window", type=float, default=None,
                         help="extra seconds to fold namespace changes into one scope write (default 0: write at "
                         "once, fold what arrives during a write into the next)")
@@ -96,9 +100,11 @@ def _run(argv: list[str]) -> int:
     # A plain registry: kopf's default one adds logins that import the kubernetes client and load the
     # kubeconfig a second time; handlers.login hands kopf the operator session's own credentials.
     kopf.set_default_registry(kopf.OperatorRegistry())
-    kopf.configure(verbose=args.verbose, log_format={
+    level = log_level(args.log_level, args.verbose, parser.error)
+    kopf.configure(verbose=level == "debug", log_format={
         "plain": kopf.LogFormat.PLAIN, "full": kopf.LogFormat.FULL, "json": kopf.LogFormat.JSON}[args.log_format])
-    quiet_by_default(args.verbose)
+    logging.getLogger().setLevel(level.upper())
+    quiet_by_default(level == "debug")
     import asyncio
 
     from . import handlers  # noqa: F401  (registers the handlers)
@@ -137,6 +143,19 @@ def import_kopf() -> Any:
 # Libraries that log at INFO on every object event or request: kopf "Handler ... succeeded" for
 # every binding event (our own status patches included), httpx one line per runner API call.
 CHATTY_LOGGERS = ("kopf.objects", "httpx", "httpcore")
+
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def log_level(flag: str | None, verbose: bool, error: Any) -> str:
+    """--log-level, else SSB_LOG_LEVEL, else info; --verbose is debug. `error` names a bad variable."""
+    if verbose:
+        return "debug"
+    level = (flag or os.environ.get("SSB_LOG_LEVEL") or "info").strip().lower()
+    if level not in LOG_LEVELS:
+        error(f"SSB_LOG_LEVEL: {level!r} is not one of {', '.join(LOG_LEVELS)}")
+    return level
 
 
 def quiet_by_default(verbose: bool) -> None:

@@ -3,8 +3,11 @@
     sunk-sandbox-operator doctor [NAMESPACE/NAME] [-o text|json] [flags]
 
 With a binding, everything comes from its spec, under the tenancy rules the operator applies
-(its token goes only to an API URL the operator's settings allow: `--allowed-api-url` and the
-other `run` settings, or their SSB_* variables). Without one, the prerequisites, from flags.
+(its token goes only to an API URL the operator's settings allow). Which settings: those given to
+the doctor (`--allowed-api-url` and the other `run` settings, or their SSB_* variables), else the
+ones the operator publishes (ConfigMap sunk-sandbox-operator-settings in `--operator-namespace`,
+written by the leader at the start of its term: adapters/settings.py), else the defaults; the
+second line says which. Without a binding, the prerequisites, from flags.
 Credentials: KUBECONFIG (or in-cluster), as the operator loads them. Reads only. One line per
 check (✓, ✗ with the fix, - not applicable); exit 1 when a check fails, 2 on bad usage. The parts:
 adapters/doctor.py gathers, core/doctor.py checks, this module parses flags and prints.
@@ -16,6 +19,7 @@ import argparse
 import asyncio
 import json
 import sys
+from dataclasses import replace
 from typing import Any
 
 from pydantic import ValidationError
@@ -69,6 +73,10 @@ def _parser(prog: str = PROG) -> argparse.ArgumentParser:
     ops.add_argument("--allow-reach", action="append", default=None, metavar="NS=TARGETS")
     ops.add_argument("--allow-grant", action="append", default=None, metavar="NS=NAMESPACES")
     ops.add_argument("--sandbox-namespace-selector", default=None, metavar="SELECTOR")
+    ops.add_argument("--allow-match-all", action="store_true", default=None)
+    ops.add_argument("--operator-namespace", default=None, metavar="NS",
+                     help="where the operator publishes its settings, used when none is given here (default "
+                     "SSB_OPERATOR_NAMESPACE, else sunk-sandbox-operator-system)")
     return p
 
 
@@ -141,11 +149,58 @@ def _prerequisites(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
     return spec, token, slurm_token
 
 
-def _settings(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Any:
-    """The operator's tenancy settings: the `run` flags given here, else its SSB_* variables."""
-    from .controller import config
+OWN_FLAGS = ("allowed_api_url", "allowed_slurm_url", "allow_reach", "allow_grant", "sandbox_namespace_selector",
+             "allow_match_all")
+DEFAULTS = "the defaults (runner API https://api.coreweave.com only, no slurmrestd, no reach, no grants)"
 
-    return config.tenancy_from_flags(args, parser.error)
+
+def _own(args: argparse.Namespace) -> bool:
+    """Settings given to the doctor itself: a `run` flag, or one of its SSB_* variables."""
+    import os
+
+    from .controller.config import TENANCY_VARIABLES
+
+    return any(getattr(args, f, None) for f in OWN_FLAGS) or any(os.environ.get(v) for v in TENANCY_VARIABLES)
+
+
+async def _settings(kube: Any, args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[Any, dict]:
+    """The tenancy settings to judge with, and which they are: the doctor's own (flags, SSB_*
+    variables), else the operator's published ones, else the defaults."""
+    import os
+
+    from .adapters import kube as k
+    from .adapters import settings
+    from .controller import config
+    from .core import operator_settings as ops
+    from .core.redact import describe
+
+    if _own(args):
+        return config.tenancy_from_flags(args, parser.error), {
+            "source": "flags", "detail": "the doctor's own (its flags and SSB_* variables; defaults for the rest)",
+            "label": "the doctor's own settings"}
+    ns = args.operator_namespace or os.environ.get("SSB_OPERATOR_NAMESPACE") or config.Config().operator_namespace
+    where = f"ConfigMap {ns}/{settings.NAME}"
+    try:
+        data = await settings.read(kube, ns)
+        published = ops.decode(data) if data is not None else None
+        policy = config.from_published(published).tenancy() if published is not None else None
+    except k.Forbidden as exc:
+        why = f"these credentials may not read {where} ({describe(exc)})"
+    except ValueError as exc:
+        why = f"the operator's settings in {where} do not parse ({describe(exc)})"
+    else:
+        if published is not None and policy is not None:
+            by = f" by {published.published_by}" if published.published_by else ""
+            version = f", operator {published.version}" if published.version else ""
+            return policy, {"source": "operator", "configMap": where, "publishedAt": published.published_at,
+                            "publishedBy": published.published_by, "label": "the operator's settings",
+                            "detail": f"the operator's, published {published.published_at or '(no time)'}{by} "
+                                      f"({where}{version})"}
+        why = (f"the operator published none in {where} (is it running there? --operator-namespace, or give its "
+               "settings as flags)")
+    return config.tenancy_from_flags(args, parser.error), {"source": "defaults", "detail": f"{DEFAULTS}: {why}",
+                                                           "label": "the defaults: no settings of the operator's "
+                                                                    "were found (see the settings line)"}
 
 
 async def _observe(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Any:
@@ -158,11 +213,12 @@ async def _observe(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
     from .render import format_validation_error
     from .core.redact import describe
 
-    tenancy = _settings(args, parser)
     need = _requests(args.sandbox_requests, parser) if args.sandbox_requests else None
     http = KubeHTTP(kubeconfig.load())
     kube = k.Kube(http)
     try:
+        kube.writable = lambda: False  # reads only (adapters/doctor.py shuts it again)
+        tenancy, said = await _settings(kube, args, parser)
         if args.binding:
             ns, sep, name = args.binding.partition("/")
             if not sep or not ns or not name:
@@ -186,7 +242,8 @@ async def _observe(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
             except ValidationError as exc:
                 parser.error(format_validation_error(exc, root="flags"))
             target = gather.Target(spec, spec.scheduler.namespace, None, token, tuple(args.nodeset), need, slurm_token)
-        return await gather.gather(kube, target, tenancy)
+        label = said.pop("label")
+        return replace(await gather.gather(kube, target, tenancy), settings=label), said
     finally:
         await http.close()
 
@@ -210,7 +267,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
 
     from .core.redact import describe
     try:
-        obs = asyncio.run(_observe(args, parser))
+        obs, said = asyncio.run(_observe(args, parser))
     except (KubeError, ConfigError) as exc:  # no kubeconfig, an API server that does not answer
         print(f"{parser.prog}: cannot read the cluster: {describe(exc)}", file=sys.stderr)
         return 2
@@ -218,11 +275,13 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     bad = doctor.failed(results)
     if args.output == "json":
         print(json.dumps({"binding": obs.binding, "schedulerNamespace": obs.scheduler_namespace, "ok": not bad,
+                          "settings": said,
                           "checks": [{"id": r.id, "name": r.name, "ok": r.ok, "detail": r.detail, "fix": r.fix}
                                      for r in results]}, indent=2))
     else:
         what = f"binding {obs.binding}" if obs.binding else "prerequisites (no binding)"
         print(f"sunk-sandbox-operator doctor: {what}; scheduler namespace {obs.scheduler_namespace}")
+        print(f"settings: {said['detail']}")
         for r in results:
             print(_line(r))
         failures = sum(r.ok is False for r in results)

@@ -16,8 +16,9 @@ BINDINGS = (keys.GROUP, keys.VERSION, keys.PLURAL)
 
 
 @kopf.on.startup()
-async def startup(settings: kopf.OperatorSettings, **_) -> None:
+async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
     lifecycle.configure(settings)  # the context (memo.ctx) is built before kopf starts: controller/main.py
+    await lifecycle.publish_settings(memo.ctx)  # kopf starts with each leadership term: the leader's
 
 
 @kopf.on.login()

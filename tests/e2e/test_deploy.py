@@ -4,6 +4,7 @@ running with a TokenRequest token of the shipped ServiceAccount, the example bin
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -66,12 +67,30 @@ def test_example_binding_becomes_ready_under_shipped_rbac(installed, operator, e
     assert f'ssb_condition{{binding="{NS}/cpu-sandboxes",condition="Ready",status="True"}} 1' in text
     rss = operator.rss_kib()
     print(f"\noperator RSS after e2e: {rss / 1024:.1f} MiB" if rss else "\noperator RSS unknown")
+    doctor_agrees(installed)
 
     # clean up as a user would: the finalizer restores the policy
     installed.kubectl("delete", "ssb", "-n", NS, "cpu-sandboxes", "--timeout=60s")
     policy = emulator.state.runners["runner-7f3a"]["policy"]
     assert "schedulerName" not in (policy.get("base") or {}).get("spec", {})
     assert policy["constraints"]["network"]["egress"]["allow"] == ["pypi.org"]
+
+
+def doctor_agrees(installed) -> None:
+    """`kubectl ssb doctor` on the Ready binding as the admin runs it, with no settings of its own: it
+    judges with those the operator published and allows the binding the operator made Ready (issue 34)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SSB_")}
+    env["KUBECONFIG"] = str(installed.cluster.kubeconfig)
+    plugin = Path(sys.executable).parent / "kubectl-ssb"
+    out = subprocess.run([str(plugin), "doctor", f"{NS}/cpu-sandboxes", "-o", "json"], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode in (0, 1), out.stderr
+    report = json.loads(out.stdout)
+    assert report["settings"]["source"] == "operator", report["settings"]
+    checks = {c["id"]: c for c in report["checks"]}
+    assert checks["binding"]["ok"] is True, checks["binding"]
+    print(f"doctor on the e2e binding ({report['settings']['detail']}): failing (no kubelet, no Node, no "
+          f"Slurm here): {[i for i, c in checks.items() if c['ok'] is False]}")
 
 
 def test_operator_logs_are_json_lines(operator):

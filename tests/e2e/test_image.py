@@ -319,26 +319,31 @@ def deployment_args(liveness_port: int, metrics_port: int) -> list[str]:
 
 
 def doctor_agrees_with_the_tree(buildah, container, kube, work: Path) -> None:
-    """`doctor` on the Ready binding, as a user runs it (the admin's kubeconfig, the operator's
-    settings as flags): inside the image, both as a command and as the kubectl plugin, the same
-    verdicts as the tree's own `doctor`."""
+    """`doctor` on the Ready binding, as a user runs it (the admin's kubeconfig, no settings of its own:
+    it reads those the operator published): inside the image, both as a command and as the kubectl
+    plugin, the same verdicts as the tree's own `doctor`, and the binding allowed, as the operator
+    found it (issue 34: with its own defaults the doctor refused the operator's Ready binding)."""
     admin = work / "admin.kubeconfig"
     shutil.copy(kube.cluster.kubeconfig, admin)
     os.chown(admin, UID, UID)
     os.chmod(admin, 0o400)
-    args = [f"{NS}/cpu-sandboxes", "-o", "json", "--allowed-api-url", "http://127.0.0.1:*"]
+    args = [f"{NS}/cpu-sandboxes", "-o", "json"]
+    tree = {"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {}
     on_host = subprocess.run([str(Path(sys.executable).parent / "sunk-sandbox-operator"), "doctor", *args],
-                             env={"PATH": os.environ["PATH"], "HOME": str(work), "KUBECONFIG": str(admin)},
+                             env={"PATH": os.environ["PATH"], "HOME": str(work), "KUBECONFIG": str(admin), **tree},
                              capture_output=True, text=True, timeout=120)
     assert on_host.returncode in (0, 1), on_host.stderr
-    expected = [(c["id"], c["ok"]) for c in json.loads(on_host.stdout)["checks"]]
+    host_report = json.loads(on_host.stdout)
+    assert host_report["settings"]["source"] == "operator", host_report["settings"]
+    expected = [(c["id"], c["ok"]) for c in host_report["checks"]]
+    assert ("binding", True) in expected, host_report  # the operator's Ready binding is allowed
     for argv in (["sunk-sandbox-operator", "doctor"], ["kubectl-ssb", "doctor"]):
         done = subprocess.run(run_argv(buildah, container, [*argv, *args], env={"KUBECONFIG": "/mnt/admin.kubeconfig"},
                                        volumes=[f"{admin}:/mnt/admin.kubeconfig:ro"]),
                               capture_output=True, text=True, timeout=120)
         assert done.returncode in (0, 1), (argv, done.stderr)  # 2: it could not read the cluster
         report = json.loads(done.stdout)
-        assert report["binding"] == f"{NS}/cpu-sandboxes"
+        assert report["binding"] == f"{NS}/cpu-sandboxes" and report["settings"]["source"] == "operator"
         assert [(c["id"], c["ok"]) for c in report["checks"]] == expected, argv
     print(f"doctor in the image: {len(expected)} checks, failing (no kubelet, no Slurm here): "
           f"{[i for i, ok in expected if ok is False]}")

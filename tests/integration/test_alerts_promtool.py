@@ -36,8 +36,13 @@ def description(alert: str) -> str:
     return next(r["annotations"]["description"] for r in rule_objects() if r["alert"] == alert)
 
 
+def runbook(alert: str) -> str:
+    return next(r["annotations"]["runbook_url"] for r in rule_objects() if r["alert"] == alert)
+
+
 def fired(alert: str, labels: dict[str, str], summary: str) -> dict:
-    return {"exp_labels": labels, "exp_annotations": {"summary": summary, "description": description(alert)}}
+    return {"exp_labels": labels, "exp_annotations": {"summary": summary, "description": description(alert),
+                                                      "runbook_url": runbook(alert)}}
 
 
 def alive(minutes: int) -> dict:

@@ -21,9 +21,9 @@ import pytest
 
 from sunk_sandbox_operator.core import doctor
 
-from tests.conftest import SECRET_VALUES
-from tests.integration.conftest import (ADMIN_TOKEN, READONLY_TOKEN, calls, create_token_secret, make_scheduler,
-                                        new_runner)
+from tests.conftest import OPERATOR_NS, SECRET_VALUES, wait_for
+from tests.integration.conftest import (ADMIN_TOKEN, READONLY_TOKEN, calls, create_token_secret, grant_operator,
+                                        make_scheduler, new_runner)
 
 pytestmark = pytest.mark.integration
 
@@ -125,7 +125,8 @@ def test_healthy_prerequisites_pass_every_line(installed, emulator, slurm, ns) -
     assert out.returncode == 0, out.stdout + out.stderr
     body = out.stdout.splitlines()
     assert body[0].startswith("sunk-sandbox-operator doctor: prerequisites") and body[-1] == "every check passed"
-    checks = body[1:-1]
+    assert body[1] == "settings: the doctor's own (its flags and SSB_* variables; defaults for the rest)"
+    checks = body[2:-1]
     assert len(checks) == len(doctor.READS) - 1  # no binding line
     assert all(line.startswith("✓") for line in checks), out.stdout
     assert any(line.startswith("✓ room beside slurmd") and "500m CPU, 512Mi memory" in line for line in checks)
@@ -140,7 +141,7 @@ def test_healthy_binding_through_kubectl_ssb_and_json(installed, emulator, slurm
     installed.create_binding(ns, "b", binding(ns, runner, emulator.url, slurm, sandbox_ns))
     out = run(installed, f"{ns}/b", *ALLOW, plugin=True)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert out.stdout.splitlines()[1].startswith(f"✓ binding allowed: {ns}/b")
+    assert out.stdout.splitlines()[2].startswith(f"✓ binding allowed: {ns}/b")
     parsed = json.loads(run(installed, f"{ns}/b", "-o", "json", *ALLOW).stdout)
     assert parsed["ok"] is True and parsed["binding"] == f"{ns}/b"
     assert {c["id"] for c in parsed["checks"]} == set(doctor.READS)
@@ -237,3 +238,38 @@ def _fails_its_checks(installed, emulator, slurm, ns: str, case: str) -> None:
     if case == "binding-url":  # refused: the token was sent nowhere, and no other check read anything
         assert not calls(emulator, runner, "GetManagedRunner")
         assert all(c["ok"] is None for i, c in parsed.items() if i != "binding")
+
+
+def test_with_no_settings_of_its_own_the_doctor_judges_with_the_operators(installed, operator, emulator, slurm,
+                                                                          ns) -> None:
+    """Issue 34: the operator allows http://127.0.0.1:* (tests/conftest.py TEST_ENV) and its binding is Ready;
+    the doctor run with no flag judged it with its own defaults ("✗ binding allowed ... the operator refuses",
+    exit 1) and did not say so. It reads the settings the leader publishes, and says which it used."""
+    from sunk_sandbox_operator.adapters.settings import NAME
+
+    grant_operator(installed, ns)
+    runner, sandbox_ns = setup(installed, emulator, slurm, ns)
+    installed.create_binding(ns, "b", binding(ns, runner, emulator.url, slurm, sandbox_ns))
+    wait_for(lambda: (installed.condition(ns, "b", "Ready") or {}).get("status") == "True", 60,
+             lambda: json.dumps(installed.binding(ns, "b").get("status"), indent=1))
+    published = json.loads(installed.core.read_namespaced_config_map(NAME, OPERATOR_NS).data["settings.json"])
+    print("published:", json.dumps(published))
+    assert "http://127.0.0.1:*" in published["allowedAPIURLs"] and published["publishedAt"], published
+
+    out = run(installed, f"{ns}/b")
+    lines = out.stdout.splitlines()
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert lines[1].startswith("settings: the operator's, published ") and \
+        f"ConfigMap {OPERATOR_NS}/{NAME}" in lines[1], lines[1]
+    assert lines[2].startswith(f"✓ binding allowed: {ns}/b") and lines[-1] == "every check passed"
+    said = json.loads(run(installed, f"{ns}/b", "-o", "json").stdout)["settings"]
+    assert (said["source"], said["publishedAt"]) == ("operator", published["publishedAt"]), said
+
+    # Where the operator published nothing: it says it assumes the defaults, and judges so.
+    out = run(installed, f"{ns}/b", "--operator-namespace", ns)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert out.stdout.splitlines()[1].startswith(f"settings: the defaults (runner API https://api.coreweave.com only")
+    assert f"the operator published none in ConfigMap {ns}/{NAME}" in out.stdout.splitlines()[1]
+    refused = out.stdout.splitlines()[2]
+    assert refused.startswith(f"✗ binding allowed: the operator refuses {ns}/b")
+    assert "(judged with the defaults: no settings of the operator" in refused

@@ -291,7 +291,7 @@ def test_install_a_working_binding_and_uninstall_leaves_only_the_crd(own_cluster
             assert "NotFound" in got.stderr, got.stderr
     # The Namespace is deleted; with no namespace controller here (no kube-controller-manager) it stays
     # Terminating, holding what the operator wrote at run time (its released Lease), which that
-    # controller removes with it on a real cluster.
+    # controller removes with it on a real cluster (and the settings it published for `doctor`).
     assert [(k, ns, n) for k, ns, n, _ in left] == [("Namespace", None, OPERATOR_NS)]
     assert left[0][3].get("deletionTimestamp")
     remaining = set()
@@ -299,7 +299,8 @@ def test_install_a_working_binding_and_uninstall_leaves_only_the_crd(own_cluster
                      "rolebindings", "services", "deployments", "poddisruptionbudgets", "networkpolicies"):
         names = kube.kubectl("get", resource, "-n", OPERATOR_NS, "-o", "name").stdout.split()
         remaining.update(names)
-    assert remaining <= {"lease.coordination.k8s.io/sunk-sandbox-operator"}, remaining
+    assert remaining <= {"lease.coordination.k8s.io/sunk-sandbox-operator",
+                         "configmap/sunk-sandbox-operator-settings"}, remaining
     assert not kube.kubectl("get", "secrets", "-n", "default", "-l", "owner=helm", "-o", "name").stdout.strip()
     for kind in ("clusterroles", "clusterrolebindings", "validatingwebhookconfigurations"):
         managed = kube.kubectl("get", kind, "-l", "app.kubernetes.io/managed-by=Helm", "-o", "name").stdout.strip()

@@ -226,6 +226,10 @@ class FakeKube:
         """`method` answers 403 (in `namespace`, or everywhere)."""
         self._denied.add((method, namespace))
 
+    def allow(self, method: str, namespace: str | None = None) -> None:
+        """Undo `deny`."""
+        self._denied.discard((method, namespace))
+
     def before(self, method: str, action: Callable[[], None], times: int = 1) -> None:
         """Run `action` just before the next `times` calls of `method` (another writer, an error)."""
         self._before.setdefault(method, []).extend([action] * times)
@@ -420,6 +424,10 @@ class FakeKube:
         obj = copy.deepcopy(body)
         obj["metadata"] = {**obj.get("metadata", {}), "name": f"event-{self._next_rv()}", "namespace": namespace}
         return self.add("events", obj)
+
+    async def merge_patch_event(self, namespace: str, name: str, patch: dict) -> dict:
+        self._enter("merge_patch_event", namespace, name, copy.deepcopy(patch), namespace=namespace)
+        return self._patched("events", namespace, name, patch)
 
     async def service_account_may(self, sa_namespace: str, sa_name: str, verb: str, resource: str,
                                   namespace: str, subresource: str = "") -> bool:

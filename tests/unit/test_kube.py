@@ -204,6 +204,61 @@ async def test_an_event_that_cannot_be_posted_is_dropped_quietly() -> None:
     events.safe(lambda *a: 1 / 0)(binding_body(), "Normal", "R", "m")   # a broken sink never raises either
 
 
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_a_roll_right_after_the_scope_write_amends_its_event() -> None:
+    """The first reconcile of a healthy binding posted ScopeUpdated, then SchedulerRestarted for the roll
+    onto that list: one event says both (issue 34: at most two events for a healthy first reconcile)."""
+    kube, clock = FakeKube(), Clock()
+    sink = events.KubeEventSink(kube, now_iso=lambda: f"2026-01-01T00:00:{int(clock.now) % 60:02d}Z", monotonic=clock)
+    body = binding_body()
+    sink(body, "Normal", "ScopeUpdated", "ConfigMap slurm/c: added ds-a")
+    clock.now += 1
+    sink(body, "Normal", "SchedulerRestarted", "Deployment slurm/s: pod-template ...")  # before the create returned
+    await sink.drain()
+    [event] = kube.store["events"].values()
+    assert event["reason"] == "ScopeUpdated" and event["count"] == 1
+    assert event["message"] == "ConfigMap slurm/c: added ds-a; SchedulerRestarted: Deployment slurm/s: pod-template ..."
+    assert event["lastTimestamp"] == "2026-01-01T00:00:41Z" != event["firstTimestamp"]
+    assert kube.count("merge_patch_event") == 1
+
+    # Once: a second roll is an event of its own; so is one long after a scope write, or on another binding.
+    sink(body, "Normal", "SchedulerRestarted", "again")
+    sink(body, "Normal", "ScopeUpdated", "added ds-b")
+    clock.now += events.FOLD_SECONDS + 1
+    sink(body, "Normal", "SchedulerRestarted", "late")
+    other = binding_body(name="other", uid="u2")
+    sink(other, "Normal", "ScopeUpdated", "added ds-c")
+    sink(body, "Normal", "SchedulerRestarted", "not the other's")
+    await sink.drain()
+    assert sorted((e["reason"], e["message"]) for e in kube.store["events"].values()) == sorted([
+        ("ScopeUpdated", event["message"]), ("SchedulerRestarted", "again"), ("ScopeUpdated", "added ds-b"),
+        ("SchedulerRestarted", "late"), ("ScopeUpdated", "added ds-c"), ("SchedulerRestarted", "not the other's")])
+
+
+async def test_a_roll_whose_scope_event_was_not_posted_or_cannot_be_amended_is_posted_on_its_own() -> None:
+    kube = FakeKube()
+    sink = events.KubeEventSink(kube)
+    kube.deny("create_event")
+    sink(binding_body(), "Normal", "ScopeUpdated", "added ds-a")
+    await sink.drain()
+    kube.allow("create_event")
+    sink(binding_body(), "Normal", "SchedulerRestarted", "rolled")
+    await sink.drain()
+    assert [e["reason"] for e in kube.store["events"].values()] == ["SchedulerRestarted"]
+    kube.deny("merge_patch_event")
+    sink(binding_body(), "Normal", "ScopeUpdated", "added ds-b")
+    sink(binding_body(), "Normal", "SchedulerRestarted", "rolled again")
+    await sink.drain()
+    assert sorted(e["message"] for e in kube.store["events"].values()) == ["added ds-b", "rolled", "rolled again"]
+
+
 def test_the_fake_kube_of_the_unit_tests_has_the_real_ones_methods() -> None:
     """tests/unit/fakes.FakeKube stands in for Kube everywhere: it must not drift from it."""
     import inspect

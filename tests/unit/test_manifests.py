@@ -267,7 +267,7 @@ def test_deployment_shape(deployment, container):
     assert container["name"] == "operator"
     assert container["args"] == [
         "run", "--standalone", "--all-namespaces", "--liveness=http://0.0.0.0:8081/healthz",
-        "--metrics-port=8080", "--log-format=json",
+        "--metrics-port=8080", "--log-format=json", "--log-level=info",
     ]
     assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"metrics": 8080, "health": 8081}
     env = {e["name"]: e for e in container["env"]}

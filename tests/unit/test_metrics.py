@@ -86,3 +86,40 @@ def test_per_binding_series_come_from_the_live_bindings_and_vanish_when_forgotte
 def test_label_values_are_escaped() -> None:
     m = Metrics(lambda: [BindingSample('a/"b"', BindingCounters(scope_namespaces=5), [])])
     assert 'ssb_scope_namespaces{binding="a/\\"b\\""} 5.0' in m.render().decode()
+
+
+def test_the_process_platform_and_gc_collectors_build_info_and_no_created_series() -> None:
+    """Issue 34: the operator's own RSS and GC are exported, its version is a series, and no counter or
+    histogram brings a `*_created` twin."""
+    from sunk_sandbox_operator import __version__
+
+    m = Metrics()
+    m.runner_api_calls.labels(method="GetManagedRunner", code="ok").inc()
+    m.scope_sync_latency.observe(0.1)
+    got = samples(m)
+    names = {name for name, _ in got}
+    assert {"process_resident_memory_bytes", "process_cpu_seconds_total", "process_open_fds",
+            "python_gc_collections_total", "python_gc_objects_collected_total"} <= names
+    assert got[("process_resident_memory_bytes", ())] > 0
+    assert got[("ssb_build_info", (("version", __version__),))] == 1
+    assert any(name == "python_info" for name, _ in got)
+    assert not [name for name in names if name.endswith("_created")], sorted(names)
+    defined = {name for name in names if not name.startswith(("process_", "python_"))}
+    assert all(name.startswith("ssb_") for name in defined), sorted(defined)
+
+
+def test_the_reconcile_duration_histogram_has_one_series_per_handler_from_the_start() -> None:
+    from sunk_sandbox_operator.adapters.metrics import HANDLERS
+
+    m = Metrics()
+    got = samples(m)
+    for handler in HANDLERS:
+        assert got[("ssb_reconcile_duration_seconds_count", (("handler", handler),))] == 0
+        assert got[("ssb_reconciles_total", (("handler", handler),))] == 0
+    m.reconcile_duration.labels(handler="binding").observe(0.3)
+    got = samples(m)
+    assert got[("ssb_reconcile_duration_seconds_bucket", (("handler", "binding"), ("le", "0.25")))] == 0
+    assert got[("ssb_reconcile_duration_seconds_bucket", (("handler", "binding"), ("le", "0.5")))] == 1
+    labels = {tuple(dict(lbl).get("handler") for _ in [0]) for name, lbl in got
+              if name.startswith(("ssb_reconciles", "ssb_reconcile_errors", "ssb_reconcile_duration"))}
+    assert labels == {(h,) for h in HANDLERS}  # bounded: one label value per handler, nothing per binding

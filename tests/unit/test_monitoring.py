@@ -24,6 +24,8 @@ RULES = MONITORING / "prometheusrule.yaml"
 DASHBOARD = MONITORING / "sunk-sandbox-operator.json"
 # Series read from elsewhere, with the labels they carry there.
 EXTERNAL = {"kube_lease_renew_time": {"lease", "namespace"}}  # kube-state-metrics, `leases` collector
+# Labels Prometheus adds to every series it scrapes (what tells one replica's process_* from another's).
+TARGET_LABELS = {"instance", "job"}
 REQUIRED_ALERTS = {
     "SunkSandboxBindingNotReady",      # a binding not Ready for 10 min
     "SunkSandboxScopeSyncSlow",        # scope sync latency p99 above 2 s
@@ -111,7 +113,7 @@ def expressions() -> list[tuple[str, str]]:
 
 @pytest.mark.parametrize(("where", "expr"), expressions(), ids=[w for w, _ in expressions()])
 def test_every_series_read_is_exposed_with_the_labels_used(where: str, expr: str) -> None:
-    known = {**exposed(), **EXTERNAL}
+    known = {name: labels | TARGET_LABELS for name, labels in {**exposed(), **EXTERNAL}.items()}
     found = selectors(expr)
     assert found, f"{where}: no series in {expr!r}"
     labels_here: set[str] = set()
@@ -173,3 +175,25 @@ def test_the_monitoring_component_ships_the_rules_the_dashboard_and_a_service_mo
     assert monitor["spec"]["endpoints"][0]["port"] == service["spec"]["ports"][0]["name"]
     main = yaml.safe_load((ROOT / "manifests" / "kustomization.yaml").read_text())
     assert "monitoring" not in " ".join(main["resources"]), "optional: not in the default install"
+
+
+RUNBOOKS = "https://github.com/sunksandbox/sunk-sandbox-operator/blob/main/README.md#"
+
+
+def github_anchor(heading: str) -> str:
+    """The anchor GitHub gives a Markdown heading: lower case, punctuation dropped, spaces as '-'."""
+    text = re.sub(r"[^\w\- ]", "", heading.lower()).strip()
+    return text.replace(" ", "-")
+
+
+def test_every_alert_links_its_runbook_section_in_the_readme() -> None:
+    """Issue 34: each alert's runbook_url is a stable anchor of its own README section."""
+    headings = [line.lstrip("#").strip() for line in (ROOT / "README.md").read_text().splitlines()
+                if line.startswith("#")]
+    anchors = [github_anchor(h) for h in headings]
+    assert github_anchor("`SunkSandboxBindingNotReady`") == "sunksandboxbindingnotready"
+    assert github_anchor("Alerts and dashboard") == "alerts-and-dashboard"
+    for rule in rule_objects():
+        url = rule["annotations"].get("runbook_url", "")
+        assert url == RUNBOOKS + rule["alert"].lower(), (rule["alert"], url)
+        assert anchors.count(rule["alert"].lower()) == 1, f"{rule['alert']}: no README heading (or several) for {url}"

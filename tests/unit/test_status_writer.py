@@ -3,6 +3,7 @@ one event per condition change."""
 
 from __future__ import annotations
 
+from sunk_sandbox_operator.api.reasons import CONDITION_TYPES
 from sunk_sandbox_operator.controller import reconcile
 from sunk_sandbox_operator.controller.context import Context
 from sunk_sandbox_operator.controller.status_writer import condition_events, flush, request_flush
@@ -154,8 +155,27 @@ async def test_condition_events(harness) -> None:
     h.events.clear()
     condition_events(h.ctx, state, new, new)
     assert h.events == []
-    condition_events(h.ctx, state, [], [_cond("PlacementVerified", "Unknown", "NoSandboxPods", "none yet")])
-    assert h.events == [("Normal", "NoSandboxPods", "PlacementVerified: none yet")]   # first time seen
+    # A first state (no condition before, or NotReconciled) is no change: only a False one is said.
+    first = [_cond("PlacementVerified", "Unknown", "NoSandboxPods", "none yet"), _cond("PolicySynced", "True", "Synced"),
+             _cond("ScopeSynced", "False", "Forbidden", "no RBAC")]
+    condition_events(h.ctx, state, [], first)
+    assert h.events == [("Warning", "Forbidden", "ScopeSynced: no RBAC")]
+    h.events.clear()
+    condition_events(h.ctx, state, [_cond(c["type"], "Unknown", "NotReconciled") for c in first], first)
+    assert h.events == [("Warning", "Forbidden", "ScopeSynced: no RBAC")]
+
+
+async def test_a_healthy_first_flush_posts_no_condition_event(harness) -> None:
+    """Issue 34: a healthy binding's first reconcile said 6 condition events (one per first state)."""
+    h = harness()
+    state = h.binding()
+    for ctype in CONDITION_TYPES[1:]:
+        state.report(Part(ctype, "True", "Fine", "all good"))
+    assert await flush(h.ctx, state)
+    assert h.events == []
+    state.report(Part("ScopeSynced", "False", "Forbidden", "no RBAC"))  # a change from a known state: said
+    assert await flush(h.ctx, state)
+    assert h.events == [("Warning", "Forbidden", "ScopeSynced: no RBAC")]
 
 
 async def test_a_flush_posts_the_events_of_what_it_wrote(harness) -> None:
@@ -183,3 +203,21 @@ async def test_a_failing_event_sink_never_breaks_a_flush(harness) -> None:
         state.report(Part(ctype, "Unknown", "NotReconciled", "not yet"))
     state.report(Part("SchedulerReady", "False", "SchedulerNotFound", "no pods"))
     assert await flush(ctx, state) is True
+
+
+async def test_a_late_echo_of_an_older_write_does_not_hide_a_change(harness) -> None:
+    """kopf may hand over the echo of an older status write after a newer one was written: the change
+    after it is still said (the previous state is what this process last wrote)."""
+    h = harness()
+    state = h.binding()
+    for ctype in CONDITION_TYPES[1:]:
+        state.report(Part(ctype, "True", "Fine", "all good"))
+    await flush(h.ctx, state)
+    echo = {**state.body, "status": dict(state.status)}        # the first write, as kopf will hand it over
+    state.report(Part("SchedulerReady", "False", "SchedulerNotRunning", "none Ready"))
+    await flush(h.ctx, state)
+    state.update_body(echo)                                     # late: says SchedulerReady is True
+    state.report(Part("SchedulerReady", "True", "SchedulerFound", "1 Ready"))
+    await flush(h.ctx, state)
+    assert [(kind, reason) for kind, reason, _ in h.events] == [("Warning", "SchedulerNotRunning"),
+                                                                ("Normal", "SchedulerFound")]

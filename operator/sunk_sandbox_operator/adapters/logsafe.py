@@ -7,7 +7,8 @@ kopf's and the libraries'), so it sees each record once, whoever logged it:
   (chained ones too) is `describe`d: the line Python prints is `str(exc)`, which for h11 is the
   refused header value;
 - then every known secret value (`core.redact.Redactor`: the tokens this process read) in the
-  final message and traceback is replaced.
+  final message, the traceback and the structured fields (adapters/logfields.py: binding,
+  namespace, reason, pod, job) is replaced.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import logging
 import traceback
 
 from ..core.redact import Redactor, describe
+from .logfields import FIELDS, ContextFields
 
 MAX_CHAIN = 8      # exceptions of one chain shown (cause / context)
 MAX_FRAMES = 40    # frames of each
@@ -78,16 +80,21 @@ class SafeRecords(logging.Filter):
                 record.msg, record.args = redacted, None
             if record.exc_text:
                 record.exc_text = self.redactor.redact(record.exc_text)
+            for key in FIELDS:
+                value = record.__dict__.get(key)
+                if value is not None:
+                    setattr(record, key, self.redactor.redact(value if isinstance(value, str) else describe(value)))
         return True
 
 
 def install(redactor: Redactor, logger: logging.Logger | None = None) -> SafeRecords:
-    """One SafeRecords on every handler of `logger` (default: the root logger, after kopf configured
-    it); an earlier one is replaced."""
+    """On every handler of `logger` (default: the root logger, after kopf configured it): the bound
+    log fields (logfields.ContextFields), then one SafeRecords over all of it; earlier ones are replaced."""
     target = logger if logger is not None else logging.getLogger()
-    flt = SafeRecords(redactor)
+    fields, flt = ContextFields(), SafeRecords(redactor)
     for handler in target.handlers:
-        for old in [f for f in handler.filters if isinstance(f, SafeRecords)]:
+        for old in [f for f in handler.filters if isinstance(f, (ContextFields, SafeRecords))]:
             handler.removeFilter(old)
+        handler.addFilter(fields)
         handler.addFilter(flt)
     return flt

@@ -1,9 +1,13 @@
 """Prometheus metrics with prometheus_client, served by a small aiohttp app.
 
-Process-wide series (reconciles, runner API calls, pod events, scope latency) are ordinary
-prometheus_client metrics on a registry of our own. Per-binding series are not kept by hand:
-`BindingCollector` reads each live binding's counters and conditions at scrape time, so a
-deleted binding's series vanish with it and nothing has to be forgotten.
+Process-wide series (reconciles and their duration, runner API calls, pod events, scope latency)
+are ordinary prometheus_client metrics on a registry of our own, with the library's process,
+platform and GC collectors (the operator's own RSS, CPU, file descriptors, collections) and
+`ssb_build_info{version}`. Per-binding series are not kept by hand: `BindingCollector` reads each
+live binding's counters and conditions at scrape time, so a deleted binding's series vanish with it
+and nothing has to be forgotten. Every series the operator defines starts with `ssb_` (the short
+name of the CRD, as `kubectl get ssb`); no `*_created` series (one per counter and histogram,
+which nothing reads).
 """
 
 from __future__ import annotations
@@ -12,13 +16,20 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (CollectorRegistry, Counter, Gauge,
+                               GCCollector, Histogram, Info, PlatformCollector, ProcessCollector,
+                               disable_created_metrics, generate_latest)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from .. import __version__
 from ..api.reasons import ConditionType, PolicySynced
 
 STATUSES = ("True", "False", "Unknown")
+# One reconcile of a binding (`binding`: the daemon's reconcile; `delete`: the finalizer's restore):
+# from a few ms (nothing changed) to the runner API's and the target's timeouts.
+RECONCILE_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+HANDLERS = ("binding", "delete")
 
 
 @dataclass
@@ -89,11 +100,25 @@ class Metrics:
     """The operator's metrics registry (built once per process, kept in the controller context)."""
 
     def __init__(self, bindings: Callable[[], Iterable[BindingSample]] = lambda: ()) -> None:
+        disable_created_metrics()  # process-wide in prometheus_client; nothing here reads *_created
         self.registry = CollectorRegistry(auto_describe=False)
         r = self.registry
+        # The library's default collectors, on our registry (the default one is not served).
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
+        GCCollector(registry=r)
+        self.build = Info("ssb_build", "The operator's version (ssb_build_info{version} 1).", registry=r)
+        self.build.info({"version": __version__})
         self.reconciles = Counter("ssb_reconciles", "Reconciles by handler.", ["handler"], registry=r)
         self.reconcile_errors = Counter("ssb_reconcile_errors", "Reconcile errors by handler.", ["handler"],
                                         registry=r)
+        self.reconcile_duration = Histogram(
+            "ssb_reconcile_duration_seconds", "Duration of one reconcile by handler (binding: the periodic or woken "
+            "reconcile; delete: the finalizer's restore).", ["handler"], buckets=RECONCILE_BUCKETS, registry=r)
+        for handler in HANDLERS:  # every series from the start (rate() of a series born at 1 misses the 1)
+            self.reconciles.labels(handler=handler)
+            self.reconcile_errors.labels(handler=handler)
+            self.reconcile_duration.labels(handler=handler)
         self.runner_api_calls = Counter("ssb_runner_api_calls", "Runner API calls by method and result code.",
                                         ["method", "code"], registry=r)
         self.pod_events = Counter("ssb_sandbox_pod_events", "Sandbox pod watch events handled.", registry=r)

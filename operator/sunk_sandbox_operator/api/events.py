@@ -1,7 +1,8 @@
 """Event reasons: every reason an event on a binding carries, with its type and when it is posted.
 
 Condition transitions post the condition's own reason (api/reasons.py: a Warning when it turns
-False, Normal when it recovers); everything else the operator says in an event is one of these.
+False, Normal when it recovers; a condition's first state is no transition, unless it is False:
+controller/status_writer.py); everything else the operator says in an event is one of these.
 The README's "Events" table is `table()` (a unit test keeps them equal), as for condition reasons.
 """
 
@@ -31,7 +32,7 @@ class EventReason(StrEnum):
     SCOPE_RESTORED = "ScopeRestored", "Normal", "the binding's names left a target (deletion with Restore, or a switch of target)"
     SCOPE_NOT_RESTORED = "ScopeNotRestored", "Warning", "a target or the RoleBindings could not be restored (the message says why); they were left as they are"
     SCOPE_GRANTS_UPDATED = "ScopeGrantsUpdated", "Normal", "`scope.grantClusterRole` RoleBindings created or removed"
-    SCHEDULER_RESTARTED = "SchedulerRestarted", "Normal", "the scheduler's pod template was annotated with the list it must run (a roll)"
+    SCHEDULER_RESTARTED = "SchedulerRestarted", "Normal", "the scheduler's pod template was annotated with the list it must run (a roll); a roll within seconds of the `ScopeUpdated` it follows is said in that event instead"
     TARGET_MANAGED_ELSEWHERE = "TargetManagedElsewhere", "Warning", "Helm, Argo CD or Flux also renders the target and may put its own list back (once per binding)"
     RUNNER_CLAIMED = "RunnerClaimed", "Warning", "another binding names this binding's runner without having proved a token that may manage it (it writes nothing; once per such binding)"
     RESTORE_SKIPPED = "RestoreSkipped", "Warning", "deleted while the settings refuse it: nothing was restored (no token is sent to a URL they do not allow)"
@@ -43,6 +44,12 @@ class EventReason(StrEnum):
     GRACE_TOO_LONG = "GraceTooLong", "Warning", "a sandbox pod's grace period exceeds the scheduler's kill-wait"
     EXCLUSIVE_OK_ON_GPU = "ExclusiveOkOnGPU", "Warning", "a GPU sandbox pod carries `sunk.coreweave.com/exclusive: ok` (not for GPU pods)"
     SLURM_TOKEN_EXPIRING = "SlurmTokenExpiring", "Warning", "the Slurm JWT of `spec.slurm.restAPI.tokenSecretRef` expires within the hour (its `exp`, read without verifying): the Secret and the time are named; once per token"
+
+
+# An event that says the second half of what another one began, posted within seconds of it on the
+# same binding, amends that event instead of adding one (adapters/events.py): the roll a scope write
+# makes is said in the ScopeUpdated event that names the list it rolls onto.
+FOLDS_INTO: dict[str, str] = {EventReason.SCHEDULER_RESTARTED.value: EventReason.SCOPE_UPDATED.value}
 
 
 def table() -> list[tuple[str, str, str]]:

@@ -5,12 +5,15 @@ folded into exactly one more run after it. Two knobs shape the timing:
 - `window`: after the first signal of a burst, wait this long so the burst becomes one run
   (an `urgent` signal cuts the wait short: a stuck pod should not wait for a window);
 - `min_interval`: at least this long between the starts of two runs (paces writes under churn).
-Clock and sleep are injected, so tests drive time by hand.
+Clock and sleep are injected, so tests drive time by hand. Runs happen in the context the
+coalescer was made in (or the one given): the binding's log fields (adapters/logfields.py) stay on
+the lines of a run that a pod or namespace event signalled.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import time
 from typing import Awaitable, Callable
@@ -28,8 +31,10 @@ class Coalescer:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         name: str = "coalescer",
+        context: contextvars.Context | None = None,
     ) -> None:
         self._run, self._window, self._min_interval = run, window, min_interval
+        self._context = context if context is not None else contextvars.copy_context()
         self._clock, self._sleep, self.name = clock, sleep, name
         self.task: asyncio.Task | None = None
         self.pending = False
@@ -49,7 +54,7 @@ class Coalescer:
         if urgent:
             self.urgent.set()
         if self.task is None or self.task.done():
-            self.task = asyncio.get_running_loop().create_task(self._loop(), name=self.name)
+            self.task = asyncio.get_running_loop().create_task(self._loop(), name=self.name, context=self._context)
 
     def take_first_signal(self) -> float | None:
         """The earliest signal not yet folded into a run; the caller folds it now."""

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from ..core import policy_contention, resync, selectors
 from ..core import scheduler_objects as so
+from ..core.operator_settings import Published
 from ..core.units import parse_go_duration
 from ..core.tenancy import DEFAULT_API_URLS, DEFAULT_GRANT_ROLES, TenancyPolicy, check_allowed_urls, parse_reach
 
@@ -116,6 +117,28 @@ class Config:
         return TenancyPolicy(self.allowed_api_urls, self.allowed_reach, self.operator_namespace,
                              self.allowed_grant_roles, self.allow_match_all, bound,
                              allowed_slurm_urls=self.allowed_slurm_urls, grants=self.allowed_grants)
+
+
+    def published(self, at: str, by: str, version: str) -> Published:
+        """What the leader publishes for `doctor` (core/operator_settings.py): the settings that decide
+        what bindings may ask, and the resync floor. Never a secret."""
+        return Published(allowed_api_urls=self.allowed_api_urls, allowed_slurm_urls=self.allowed_slurm_urls,
+                         allowed_reach=self.allowed_reach, allowed_grants=self.allowed_grants,
+                         allowed_grant_roles=self.allowed_grant_roles, allow_match_all=self.allow_match_all,
+                         sandbox_namespace_selector=self.sandbox_namespace_selector,
+                         min_resync_seconds=self.min_resync_seconds, operator_namespace=self.operator_namespace,
+                         published_at=at, published_by=by, version=version)
+
+
+def from_published(p: Published) -> Config:
+    """The operator's published settings over the defaults (a field an older operator did not publish
+    keeps its default)."""
+    return replace(Config(), **p.settings())
+
+
+TENANCY_VARIABLES = ("SSB_ALLOWED_API_URLS", "SSB_ALLOWED_SLURM_URLS", "SSB_ALLOWED_REACH", "SSB_ALLOWED_GRANTS",
+                     "SSB_ALLOWED_GRANT_ROLES", "SSB_ALLOW_MATCH_ALL", "SSB_SANDBOX_NAMESPACE_SELECTOR",
+                     "SSB_MIN_RESYNC_INTERVAL")
 
 
 def _window(name: str, default: float) -> float:

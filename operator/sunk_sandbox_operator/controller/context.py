@@ -12,6 +12,7 @@ import asyncio
 import ctypes
 import datetime as dt
 import gc
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
@@ -35,6 +36,8 @@ from .depends import Dependencies
 from .timers import Timers
 from .state import BindingState, Registry
 
+
+log = logging.getLogger("sunk_sandbox_operator")
 
 M_ARENA_MAX = -8  # glibc mallopt parameter
 
@@ -99,7 +102,7 @@ class Context:
 
     def __post_init__(self) -> None:
         if self.event_sink is None:
-            self.event_sink = events.KubeEventSink(self.kube, self.now_iso)
+            self.event_sink = events.KubeEventSink(self.kube, self.now_iso, self.monotonic)
         self._post = events.safe(self.event_sink, self.redactor.redact)
         if self.metrics is None:
             self.metrics = Metrics(lambda: self.bindings.samples())
@@ -164,10 +167,19 @@ class Context:
         """The sandbox pods' initial LIST is in the cache (always, with no informer: unit tests)."""
         return self.pod_informer is None or self.pod_informer.ready.is_set()
 
-    def event(self, state: BindingState, reason: EventReason, message: str) -> None:
-        """An event on the binding; its type comes with the reason (api/events.py)."""
+    def event(self, state: BindingState, reason: EventReason, message: str, *, pod: str | None = None) -> None:
+        """An event on the binding; its type comes with the reason (api/events.py). Logged too, with
+        the binding, its namespace, the reason (and the pod it is about) as fields."""
         self._post(state.body, reason.type, reason.value, message)
+        self._log(state, reason.type, reason.value, message, pod)
 
     def transition(self, state: BindingState, kind: str, reason: str, message: str) -> None:
         """A condition's transition, posted with the condition's own reason (the status writer's)."""
         self._post(state.body, kind, reason, message)
+        self._log(state, kind, reason, message, None)
+
+    @staticmethod
+    def _log(state: BindingState, kind: str, reason: str, message: str, pod: str | None) -> None:
+        fields = {"binding": state.ref, "namespace": state.namespace, "reason": reason, **({"pod": pod} if pod else {})}
+        log.log(logging.WARNING if kind == "Warning" else logging.INFO, "%s: %s %s: %s", state.ref, kind, reason,
+                message, extra=fields)

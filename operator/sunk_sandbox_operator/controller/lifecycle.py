@@ -9,12 +9,15 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
 import random
+import socket
 
 import kopf
 
 from ..adapters.informer import Informer, Resource
-from ..adapters import kubeconfig, logsafe
+from .. import __version__
+from ..adapters import kubeconfig, logfields, logsafe, settings
 from ..adapters.kube import Kube
 from ..adapters.kubehttp import KubeHTTP
 from ..adapters.ownership import OwnershipStore
@@ -40,6 +43,18 @@ def configure(settings: kopf.OperatorSettings) -> None:
     settings.posting.level = logging.WARNING  # events are posted explicitly, not from kopf's log lines
     settings.watching.server_timeout = 300
     settings.execution.max_workers = 16
+
+
+async def publish_settings(ctx: Context) -> None:
+    """The leader's tenancy settings, where `doctor` reads them (adapters/settings.py); at the start of
+    each leadership term. A failure is said and changes nothing else: the doctor then says it has none."""
+    by = os.environ.get("POD_NAME") or socket.gethostname()
+    try:
+        await settings.publish(ctx.kube, ctx.config.operator_namespace,
+                               ctx.config.published(ctx.now_iso(), by, __version__))
+    except Exception as exc:  # noqa: BLE001 - best effort, like events
+        log.warning("settings not published in ConfigMap %s/%s (doctor will not see them): %s",
+                    ctx.config.operator_namespace, settings.NAME, describe(exc))
 
 
 def login(ctx: Context) -> kopf.ConnectionInfo:
@@ -127,17 +142,20 @@ def binding_event(ctx: Context, event_type: str | None, body: dict) -> None:
 async def binding_loop(ctx: Context, body: dict, stopped: kopf.DaemonStopped) -> None:
     """Reconcile now, then every resyncInterval (jittered) or as soon as something wakes us."""
     state = ctx.bindings.ensure(body)
+    logfields.bind(binding=state.ref, namespace=state.namespace)  # this task's lines (and its children's)
     resync = True  # the first reconcile reads everything
     while not stopped:
         state.wake.clear()
         ctx.metrics.reconciles.labels(handler="binding").inc()
         meter = budget.Meter(ctx.cpu)
         budget.begin(state)
+        started = ctx.monotonic()
         try:
             await meter.run(reconcile.reconcile(ctx, state, resync=resync))
         except Exception:
             ctx.metrics.reconcile_errors.labels(handler="binding").inc()
             log.exception("reconcile of %s failed", state.ref)
+        ctx.metrics.reconcile_duration.labels(handler="binding").observe(ctx.monotonic() - started)
         backoff = await budget.judge(ctx, state, meter)
         if backoff is not None:  # over the CPU budget: nothing wakes it early (controller/budget.py)
             log.warning("reconcile of %s used %.1f CPU-s, over the budget; next in %.0f s", state.ref, meter.seconds,
@@ -193,11 +211,21 @@ async def _sleep_or_wake(wake: asyncio.Event, stopped: kopf.DaemonStopped, timeo
 async def binding_deleted(ctx: Context, body: dict, attempt: int) -> float | None:
     """Finalize; a delay when the restore failed and should be retried, None when done."""
     state: BindingState = ctx.bindings.ensure(body)
+    token = logfields.bind(binding=state.ref, namespace=state.namespace)
+    try:
+        return await _finalize(ctx, state, attempt)
+    finally:
+        logfields.reset(token)
+
+
+async def _finalize(ctx: Context, state: BindingState, attempt: int) -> float | None:
     ctx.metrics.reconciles.labels(handler="delete").inc()
+    started = ctx.monotonic()
     try:
         await reconcile.finalize(ctx, state)
     except Exception as exc:
         ctx.metrics.reconcile_errors.labels(handler="delete").inc()
+        ctx.metrics.reconcile_duration.labels(handler="delete").observe(ctx.monotonic() - started)
         if attempt + 1 < ctx.config.restore_retries:
             log.warning("restore of %s failed (attempt %d): %s", state.ref, attempt + 1, describe(exc))
             return ctx.config.restore_retry_delay_seconds
@@ -206,5 +234,7 @@ async def binding_deleted(ctx: Context, body: dict, attempt: int) -> float | Non
                   f"could not put back what the operator changed after {attempt + 1} attempts ({describe(exc)}); the "
                   "binding is released: check the runner policy (status.policy.owned) and the scope list by hand")
         log.warning("restore of %s abandoned after %d attempts: %s", state.ref, attempt + 1, describe(exc))
+    else:
+        ctx.metrics.reconcile_duration.labels(handler="delete").observe(ctx.monotonic() - started)
     reconcile.forget(ctx, state)
     return None

@@ -105,7 +105,8 @@ def hazard_event(ctx: Context, state: BindingState, kind: str, pod_ref: str) -> 
     if now - state.placement.hazard_events.get(kind, -1e9) < ctx.config.hazard_event_interval_seconds:
         return
     state.placement.hazard_events[kind] = now
-    ctx.event(state, EventReason(kind), placement.hazard_message(kind, pod_ref))  # type: ignore[call-arg]  # lookup by value
+    ctx.event(state, EventReason(kind), placement.hazard_message(kind, pod_ref),  # type: ignore[call-arg]  # lookup by value
+              pod=pod_ref)
 
 
 def report(ctx: Context, state: BindingState) -> None:

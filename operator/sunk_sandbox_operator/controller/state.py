@@ -149,6 +149,9 @@ class BindingState:
     spec_error: str | None = None
     admitted: Admitted | None = None                     # what the last reconcile checked and allowed
     status: dict = field(default_factory=dict)          # as last read from / written to the API
+    # The conditions this process last wrote: the previous state a condition event compares with (a
+    # late echo of an older write, which `status` may hold for a moment, must not hide a change).
+    conditions_written: list[dict] | None = None
     parts: dict[str, Part] = field(default_factory=dict)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     discovery: Discovery | None = None

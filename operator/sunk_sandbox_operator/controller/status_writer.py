@@ -2,7 +2,9 @@
 
 `flush` writes at once (end of a reconcile); `request_flush` coalesces bursts (pod churn) into
 at most one patch per `status_min_interval_seconds`, through the shared Coalescer. One event
-per condition whose status (or, while False, reason) changed.
+per condition whose status (or, while False, reason) changed from a state it had: a condition's
+first state (none before, or NotReconciled) is no change, and posts nothing unless it is False (a
+Warning that names the fix), so a healthy binding's first reconcile says only what it wrote.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import logging
 from typing import Callable
 
 from ..adapters import kube as k
+from ..adapters import logfields
 from ..api.reasons import CONDITION_TYPES, Common
 from ..core import compose, resync
 from ..core import conditions as c
@@ -48,10 +51,12 @@ async def flush(ctx: Context, state: BindingState) -> bool:
             written = await ctx.kube.patch_binding_status(state.namespace, state.name, patch)
         except k.NotFound:
             return False
-        old_conditions = state.status.get("conditions") or []
+        said = state.conditions_written
+        old_conditions = said if said is not None else state.status.get("conditions") or []
         state.status = dict(written.get("status") or new)
         state.counters.status_patches += 1
-        condition_events(ctx, state, old_conditions, state.status.get("conditions") or [])
+        state.conditions_written = list(state.status.get("conditions") or [])
+        condition_events(ctx, state, old_conditions, state.conditions_written)
         return True
 
 
@@ -69,16 +74,20 @@ def request_flush(ctx: Context, state: BindingState,
             await flush(ctx, state)
 
         state.flusher = Coalescer(run, min_interval=lambda: ctx.config.status_min_interval_seconds,
-                                  clock=ctx.monotonic, sleep=ctx.sleep, name=f"status flush of {state.ref}")
+                                  clock=ctx.monotonic, sleep=ctx.sleep, name=f"status flush of {state.ref}",
+                                  context=logfields.context_with(binding=state.ref, namespace=state.namespace))
     state.flusher.signal()
 
 
 def condition_events(ctx: Context, state: BindingState, old: list[dict], new: list[dict]) -> None:
-    """One event per condition whose status flipped, or whose reason changed while False."""
+    """One event per condition whose status flipped, or whose reason changed while False; a first
+    state only when False."""
     for cond in new:
         if cond["type"] == "Ready" or cond.get("reason") == Common.NOT_RECONCILED:
             continue
         before = c.find(old, cond["type"])
+        if (before is None or before.get("reason") == Common.NOT_RECONCILED) and cond["status"] != "False":
+            continue
         # True→True reason changes (e.g. DriftCorrected) come with their own explicit event.
         if before and before.get("status") == cond["status"] and (
                 cond["status"] != "False" or before.get("reason") == cond["reason"]):

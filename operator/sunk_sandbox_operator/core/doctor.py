@@ -55,7 +55,8 @@ def binding_allowed(obs: Observation) -> Result | None:
     if obs.binding is None:
         return None
     if obs.violations:
-        return _failed("binding", n, f"the operator refuses {obs.binding}: " + "; ".join(obs.violations),
+        judged = f" (judged with {obs.settings})" if obs.settings else ""
+        return _failed("binding", n, f"the operator refuses {obs.binding}: " + "; ".join(obs.violations) + judged,
                        Common.NOT_ALLOWED.fix)
     return _passed("binding", n, f"{obs.binding} asks nothing the operator's settings refuse")
 
@@ -342,8 +343,9 @@ CHECKS: tuple[Check, ...] = (binding_allowed, scheduler_running, scheduler_name,
 # What each check reads (the README's table; a unit test keeps the two equal). SNS: the scheduler's
 # namespace (its pods, ConfigMaps and the NodeSets' slurmd pods live there).
 READS: dict[str, str] = {
-    "binding": "GET the SunkSandboxBinding (binding mode only); the operator's settings from flags / `SSB_*` variables; "
-               "nothing else when they refuse it",
+    "binding": "GET the SunkSandboxBinding (binding mode only); the operator's settings: the doctor's flags / `SSB_*` "
+               "variables, else GET ConfigMap sunk-sandbox-operator-settings in the operator's namespace (what the "
+               "operator publishes); nothing else when they refuse it",
     "scheduler-running": "LIST pods `-l` podSelector in SNS",
     "scheduler-name": "LIST ConfigMaps in SNS (`scheduler.conf`); the scheduler pods' args",
     "kill-wait": "the same pods and ConfigMaps (args, `scheduler.conf`, `slurm.conf`)",

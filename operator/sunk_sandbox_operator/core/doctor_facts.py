@@ -100,6 +100,7 @@ class Observation:
     slurm_refused: str | None = None       # slurmrestd's URL is not one the operator allows: nothing was sent
     slurm_token_exp: int | None = None     # the Slurm JWT's `exp` (read without verifying), when it was sent
     now: float = 0.0                       # wall-clock epoch of the observation
+    settings: str = ""                     # which settings judged it (the operator's published, flags, defaults)
 
     def knob(self, spec_field: str, flag: str) -> str:
         """Where the admin sets it: the binding's field, or the doctor's flag before any binding."""

@@ -157,6 +157,7 @@ NOT_TENANT_TEXT: dict[str, str] = {
     "policy_handoff.*": "the names of the binding's desired policy fields (the operator's keys, the CRD-bounded "
                         "annotation keys): one-pass patterns without nested quantifiers",
     "ownership.from_json": "the operator's own record ConfigMap, in its own namespace",
+    "operator_settings.decode": "the settings the leader publishes in its own namespace (MAX_BYTES, read by the doctor)",
     "policy_paths.*": "paths the operator formatted itself (format_path) into its record and status",
     "adapters/kube.Kube.read_secret_key": "a Secret value base64-decoded by C in one pass; used as a token, never parsed",
     "adapters/kubeconfig.*": "the admin's kubeconfig",
