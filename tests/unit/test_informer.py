@@ -11,6 +11,7 @@ import pytest
 from sunk_sandbox_operator.adapters import kube as k
 from sunk_sandbox_operator.adapters.informer import PARTIAL_LIST, PARTIAL_ONE, Informer, Resource
 from sunk_sandbox_operator.adapters.kubehttp import ApiStatus, status_code
+from sunk_sandbox_operator.core.backoff import Backoff
 
 from tests.unit.fakes import settle
 
@@ -85,6 +86,7 @@ def make(http: FakeHTTP, sink: Sink, **kw) -> tuple[Informer, list[float]]:
     async def sleep(delay: float) -> None:
         slept.append(delay)
 
+    kw.setdefault("rand", lambda: 0.0)  # the backoff's ceilings (no jitter drawn)
     informer = Informer(http, Resource("/api/v1/pods", label_selector="sandbox-id"), sink, sink.keys, page_size=2,
                         sleep=sleep, **kw)
     return informer, slept
@@ -154,9 +156,9 @@ async def test_errors_back_off_and_never_give_up(caplog) -> None:
     http = FakeHTTP(pages=[ApiStatus(500, "etcd"), k.Forbidden("no list"), {"items": [], "metadata": {"resourceVersion": "1"}}],
                     watches=[OSError("connection reset")])
     sink = Sink()
-    informer, slept = make(http, sink, retry_delay=lambda n: float(n))
+    informer, slept = make(http, sink, backoff=Backoff(base=1.0, cap=3.0, jitter=0.5), rand=lambda: 0.5)
     await run(informer, http)
-    assert slept == [1.0, 2.0, 3.0]                                         # consecutive failures grow the delay
+    assert slept == [0.75, 1.5, 2.25]                        # consecutive failures grow the delay, to the cap
     assert informer.lists == 1 and informer.ready.is_set()
     assert "etcd" in caplog.text and "no list" in caplog.text and "connection reset" in caplog.text
 
