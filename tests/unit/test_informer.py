@@ -181,34 +181,3 @@ def test_status_code_of_a_watch_error(event, code) -> None:
 def test_resource_keys() -> None:
     assert Resource("/api/v1/pods").key(pod("a")) == "ds-a/a"
     assert Resource("/api/v1/namespaces").key({"metadata": {"name": "ds-a"}}) == "ds-a"
-
-
-@pytest.mark.parametrize("lists_finish", [True, False])
-async def test_the_gc_is_paused_for_the_initial_lists_and_never_past_the_limit(lists_finish: bool) -> None:
-    """The cyclic GC is off while the initial LISTs come in (each page's objects made a full
-    collection walk every record cached so far), back on once they are in, or at the limit if one
-    never finishes; what is cached by then is frozen out of later full collections."""
-    import gc
-
-    from tests.unit.fakes import Harness
-
-    h = Harness()
-    ready = [asyncio.Event(), asyncio.Event()]
-    h.ctx.informers = [type("Listed", (), {"ready": e})() for e in ready]  # type: ignore[misc]
-    frozen = gc.get_freeze_count()
-    gc.disable()
-    try:
-        task = asyncio.ensure_future(h.ctx.collect_after_lists(limit=120.0))
-        ready[0].set()
-        await h.clock.advance(119.0)
-        assert not gc.isenabled() and not task.done()  # one LIST still going, the limit not reached
-        if lists_finish:
-            ready[1].set()
-        else:
-            await h.clock.advance(1.0)
-        await settle()
-        assert task.done() and gc.isenabled()
-        assert gc.get_freeze_count() > frozen
-    finally:
-        gc.enable()
-        gc.unfreeze()

@@ -8,9 +8,7 @@ wait the shell computes from `monotonic` is slept with `sleep`). Tests build one
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import datetime as dt
-import gc
 import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
@@ -30,30 +28,6 @@ from ..core.tenancy import TenancyPolicy
 from .depends import Dependencies
 from .timers import Timers
 from .state import BindingState, Registry
-
-
-M_ARENA_MAX = -8  # glibc mallopt parameter
-
-
-def limit_malloc_arenas(arenas: int = 2) -> None:
-    """glibc gives each thread (the Kubernetes client's pool, kopf's executor) its own malloc arena,
-    each keeping freed memory as RSS; two arenas are plenty for one event loop. Call before any
-    thread starts; a no-op where glibc is absent."""
-    try:
-        ctypes.CDLL("libc.so.6").mallopt(M_ARENA_MAX, arenas)
-    except (OSError, AttributeError):
-        pass
-
-
-LIST_GC_PAUSE_LIMIT = 120.0  # seconds the cyclic GC may stay paused for the initial LISTs
-
-
-def _return_free_memory() -> None:
-    """Hand the heap the initial LISTs left free back to the OS (glibc only; elsewhere a no-op)."""
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
 
 
 def utc_now_iso() -> str:
@@ -121,24 +95,6 @@ class Context:
         for informer in self.informers:
             await informer.ready.wait()
         self.namespaces.ready = True
-
-    async def collect_after_lists(self, limit: float = LIST_GC_PAUSE_LIMIT) -> None:
-        """The cyclic GC is paused (`lifecycle.start`) until the initial LISTs are in, at most
-        `limit` seconds: the LIST pages' objects survive young collections, so each page made a
-        full collection walk every record cached so far (measured at 50,000 pods and 5,000 grants:
-        operator CPU to the first reconcile 9.6-11.0 s with the GC on, 7.2-7.3 s paused).
-        Then the records, which live as long as the process, are frozen out of the GC's full
-        collections (pauses of hundreds of ms at 50,000 pods) and the freed heap goes back to the OS."""
-        listed = asyncio.ensure_future(asyncio.gather(*(i.ready.wait() for i in self.informers)))
-        bound = asyncio.ensure_future(self.sleep(limit))  # a LIST that cannot finish does not keep the GC off
-        try:
-            await asyncio.wait((listed, bound), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiting in (listed, bound):
-                waiting.cancel()
-            gc.freeze()
-            gc.enable()
-            _return_free_memory()
 
     def pods_listed(self) -> bool:
         """The sandbox pods' initial LIST is in the cache (always, with no informer: unit tests)."""
