@@ -13,6 +13,7 @@ from typing import Iterator
 
 from ..api.events import EventReason
 from ..api.keys import PARTITION_ANNOTATION
+from ..api.reasons import ConditionType
 from ..core import grace, placement
 from ..core.compose import Part
 from ..core.scheduler import Discovery
@@ -119,12 +120,12 @@ def report(ctx: Context, state: BindingState) -> None:
     kill_wait = d.kill_wait_seconds if d else None
     status, reason, message = grace.grace_condition(state.admitted_spec.expected_grace_period_seconds, summary.max_grace,
                                                     kill_wait)
-    state.report(Part("GracePeriodSafe", status, reason, message))
+    state.report(Part(ConditionType.GRACE_PERIOD_SAFE, status, reason, message))
     window, now = ctx.config.policy_propagation_seconds, ctx.now_iso()
     jobs = _jobs_summary(ctx, state)
     status, reason, message = placement.placement_condition(summary, applied, window_seconds=window, now=now,
                                                             jobs=jobs)
-    state.report(Part("PlacementVerified", status, reason, message, "placement", summary.to_status(jobs).wire()))
+    state.report(Part(ConditionType.PLACEMENT_VERIFIED, status, reason, message, "placement", summary.to_status(jobs).wire()))
     _recheck_at(ctx, state, placement.propagating_until(summary, applied, window_seconds=window, now=now),
                 placement.parse_time(now))
 

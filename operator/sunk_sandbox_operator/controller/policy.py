@@ -13,7 +13,7 @@ from ..api.events import EventReason
 from ..adapters import kube as k
 from ..adapters.runnerapi import client as rc
 from ..adapters.runnerapi import errors as rerr
-from ..api.reasons import PolicySynced
+from ..api.reasons import ConditionType, PolicySynced
 from ..api.status import OwnedPath, PolicyContention
 from ..core.problems import Problem
 from ..core.redact import describe
@@ -26,7 +26,7 @@ from . import credentials, retry
 from .context import Context
 from .state import BindingState
 
-COND = "PolicySynced"
+COND = ConditionType.POLICY_SYNCED
 
 
 def _status_owned(state: BindingState) -> list[OwnedPath]:

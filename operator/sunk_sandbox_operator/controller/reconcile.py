@@ -12,7 +12,7 @@ import logging
 from ..api.events import EventReason
 from ..adapters import kube as k
 from ..adapters import scheduler as sched
-from ..api.reasons import CONDITION_TYPES, Common
+from ..api.reasons import CONDITION_TYPES, Common, ConditionType
 from ..core import conflicts, resync, scheduler, tenancy
 from ..core.compose import Part
 from ..core.policy_decide import TRANSIENT
@@ -117,10 +117,10 @@ async def _reconcile(ctx: Context, state: BindingState, resync: bool) -> None:
         d = await discover(ctx, state)
         state.discovery = d
         status, reason, message = scheduler.scheduler_condition(d)
-        state.report(Part("SchedulerReady", status, reason, message, "scheduler", scheduler.to_status(d).wire()))
+        state.report(Part(ConditionType.SCHEDULER_READY, status, reason, message, "scheduler", scheduler.to_status(d).wire()))
     except TRANSIENT_ERRORS as exc:  # stays on this condition; the rest goes on with what was known
         transient = True
-        state.report(Part("SchedulerReady", "Unknown", Common.API_ERROR,
+        state.report(Part(ConditionType.SCHEDULER_READY, "Unknown", Common.API_ERROR,
                           f"reading the scheduler's pods and ConfigMaps failed ({describe(exc)}); retrying", "scheduler",
                           state.section("scheduler") or None))
     d = state.discovery or scheduler.Discovery(namespace=spec.scheduler_namespace(state.namespace), selector="")
@@ -133,8 +133,8 @@ async def _reconcile(ctx: Context, state: BindingState, resync: bool) -> None:
         transient = True
         if not state.conflict_checked:  # never known: write nothing rather than fight an older binding
             msg = f"listing bindings to check runner conflicts failed ({describe(exc)}); retrying"
-            state.report(Part("PolicySynced", "Unknown", Common.API_ERROR, msg))
-            state.report(Part("ScopeSynced", "Unknown", Common.API_ERROR, msg))
+            state.report(Part(ConditionType.POLICY_SYNCED, "Unknown", Common.API_ERROR, msg))
+            state.report(Part(ConditionType.SCOPE_SYNCED, "Unknown", Common.API_ERROR, msg))
     if not state.conflict_checked or state.conflict:
         state.policy.read_key = None  # the policy step did not run: the next one reads the runner
     if not state.conflict_checked:
@@ -142,15 +142,15 @@ async def _reconcile(ctx: Context, state: BindingState, resync: bool) -> None:
     elif state.conflict:
         msg = (f"binding {state.conflict} already manages runner {spec.runner.id}; this younger binding writes "
                "nothing: delete one of them")
-        state.report(Part("PolicySynced", "False", Common.RUNNER_CONFLICT, msg))
-        state.report(Part("ScopeSynced", "False", Common.RUNNER_CONFLICT, msg))
+        state.report(Part(ConditionType.POLICY_SYNCED, "False", Common.RUNNER_CONFLICT, msg))
+        state.report(Part(ConditionType.SCOPE_SYNCED, "False", Common.RUNNER_CONFLICT, msg))
     else:
         state.report(await policy.sync(ctx, state, d.name, resync=resync))
         state.report(await scope.sync(ctx, state))
     # Read only, so a younger conflicting binding checks Slurm too; its own token, its own request.
     state.report(await slurm.sync(ctx, slurm_poll.pollers(ctx), state))
     ctx.slurm.checked(state)
-    policy_part = state.parts["PolicySynced"]
+    policy_part = state.parts[ConditionType.POLICY_SYNCED]
     transient = transient or (policy_part.status == "False" and policy_part.reason in TRANSIENT)
     state.failures = state.failures + 1 if transient else 0
     placement.report(ctx, state)

@@ -23,7 +23,7 @@ from ..core.problems import Problem
 from ..adapters import kube as k
 from ..adapters import targets
 from ..api.events import EventReason
-from ..api.reasons import Common, ScopeSynced
+from ..api.reasons import Common, ConditionType, ScopeSynced
 from ..core import roll_pacing as pacing
 from ..core import scope as sc
 from ..core import scope_outcome as so
@@ -40,7 +40,7 @@ from .state import BindingState, ScopeMemory
 
 log = logging.getLogger("sunk_sandbox_operator")
 
-COND = "ScopeSynced"
+COND = ConditionType.SCOPE_SYNCED
 
 
 def _sandbox_set(ctx: Context, state: BindingState, mem: ScopeMemory, full: bool) -> set[str]:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 from ..adapters.metrics import BindingCounters, BindingSample
 from ..adapters.targets import ParseMemo
 from ..api.keys import RECONCILE_REQUEST_ANNOTATION
+from ..api.reasons import ConditionType
 from ..api.spec import BindingSpec, SandboxNamespaces, parse_spec
 from ..core.compose import Part
 from ..core.placement import PlacementTracker
@@ -151,7 +152,7 @@ class BindingState:
     spec_error: str | None = None
     admitted: Admitted | None = None                     # what the last reconcile checked and allowed
     status: dict = field(default_factory=dict)          # as last read from / written to the API
-    parts: dict[str, Part] = field(default_factory=dict)
+    parts: dict[ConditionType, Part] = field(default_factory=dict)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     discovery: Discovery | None = None
     conflict: str | None = None                          # the older binding on our runner, if any

@@ -11,7 +11,7 @@ import logging
 from typing import Callable
 
 from ..adapters import kube as k
-from ..api.reasons import CONDITION_TYPES, Common
+from ..api.reasons import CONDITION_TYPES, Common, ConditionType
 from ..core import compose, resync
 from ..core import conditions as c
 from .coalescer import Coalescer
@@ -73,7 +73,7 @@ def request_flush(ctx: Context, state: BindingState,
 def condition_events(ctx: Context, state: BindingState, old: list[dict], new: list[dict]) -> None:
     """One event per condition whose status flipped, or whose reason changed while False."""
     for cond in new:
-        if cond["type"] == "Ready" or cond.get("reason") == Common.NOT_RECONCILED:
+        if cond["type"] == ConditionType.READY or cond.get("reason") == Common.NOT_RECONCILED:
             continue
         before = c.find(old, cond["type"])
         # True→True reason changes (e.g. DriftCorrected) come with their own explicit event.
