@@ -85,8 +85,8 @@ def observe(ctx: Context, kind: str, pod: placement.PodRecord
     ns = pod.namespace
     for state in ctx.bindings:
         # Not reconciled yet: its first reconcile builds the tracker from the whole cache
-        # (`set_expectations`), so judging the 50,000 pods of the initial LIST one by one here too
-        # was thrown away (0.5 CPU-s of the start).
+        # (`set_expectations`), so judging the pods of the initial LIST one by one here too would be
+        # work thrown away (README, Scale).
         e = state.placement.expectations
         if e is None or not _belongs(ctx, state, ns):
             continue

@@ -223,7 +223,7 @@ DEFAULT_LIMITER = RateLimiter(rate=10.0, burst=20)
 
 @functools.cache
 def _tls_context() -> ssl.SSLContext:
-    # Loading the CA bundle costs ~0.1-0.3 s; build it once for every client of the process.
+    # Loading the CA bundle parses every certificate in it; build it once for every client of the process.
     return httpx.create_ssl_context()
 
 
