@@ -96,7 +96,9 @@ def _run(argv: list[str]) -> int:
     if args.policy_propagation is not None:
         os.environ["SSB_POLICY_PROPAGATION_SECONDS"] = str(args.policy_propagation)
 
-    kopf = import_kopf()
+    from .controller import process
+
+    kopf = process.import_kopf()
     # A plain registry: kopf's default one adds logins that import the kubernetes client and load the
     # kubeconfig a second time; handlers.login hands kopf the operator session's own credentials.
     kopf.set_default_registry(kopf.OperatorRegistry())
@@ -111,33 +113,14 @@ def _run(argv: list[str]) -> int:
     from .adapters.kubeconfig import ConfigError
     from .core.redact import describe
     from .controller import main
-    from .controller.context import limit_malloc_arenas
 
-    limit_malloc_arenas()
-    from .core.redact import describe
+    process.limit_malloc_arenas()
     try:
         return asyncio.run(main.run(args.liveness))
     except ConfigError as exc:  # before anything started: said in one line, not a traceback
         print(f"{parser.prog}: no credentials for the API server: {describe(exc)} (in a pod: the ServiceAccount token, "
               "automountServiceAccountToken; elsewhere: KUBECONFIG or ~/.kube/config)", file=sys.stderr)
         return 2
-
-
-def import_kopf() -> Any:
-    """kopf, without the kubernetes client: kopf imports `kubernetes.client` when it is installed only
-    to recognise the client's model objects, which the operator never hands it. Without the client
-    (this, the plain registry below, adapters/kubeconfig.py and core/quantity.py) the run path's
-    imports take 0.47 CPU-s and 62 MiB instead of 0.64 and 72. Hidden while kopf is imported,
-    importable again afterwards (adapters/kubeconfig.py imports it for an exec-plugin kubeconfig)."""
-    hide = "kubernetes" not in sys.modules
-    if hide:
-        sys.modules["kubernetes"] = None  # type: ignore[assignment]  # the import system's "not installed"
-    try:
-        import kopf
-    finally:
-        if hide:
-            del sys.modules["kubernetes"]
-    return kopf
 
 
 # Libraries that log at INFO on every object event or request: kopf "Handler ... succeeded" for

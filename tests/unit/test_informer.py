@@ -11,6 +11,7 @@ import pytest
 from sunk_sandbox_operator.adapters import kube as k
 from sunk_sandbox_operator.adapters.informer import PARTIAL_LIST, PARTIAL_ONE, Informer, Resource
 from sunk_sandbox_operator.adapters.kubehttp import ApiStatus, status_code
+from sunk_sandbox_operator.core.backoff import Backoff
 
 from tests.unit.fakes import settle
 
@@ -85,6 +86,7 @@ def make(http: FakeHTTP, sink: Sink, **kw) -> tuple[Informer, list[float]]:
     async def sleep(delay: float) -> None:
         slept.append(delay)
 
+    kw.setdefault("rand", lambda: 0.0)  # the backoff's ceilings (no jitter drawn)
     informer = Informer(http, Resource("/api/v1/pods", label_selector="sandbox-id"), sink, sink.keys, page_size=2,
                         sleep=sleep, **kw)
     return informer, slept
@@ -154,9 +156,9 @@ async def test_errors_back_off_and_never_give_up(caplog) -> None:
     http = FakeHTTP(pages=[ApiStatus(500, "etcd"), k.Forbidden("no list"), {"items": [], "metadata": {"resourceVersion": "1"}}],
                     watches=[OSError("connection reset")])
     sink = Sink()
-    informer, slept = make(http, sink, retry_delay=lambda n: float(n))
+    informer, slept = make(http, sink, backoff=Backoff(base=1.0, cap=3.0, jitter=0.5), rand=lambda: 0.5)
     await run(informer, http)
-    assert slept == [1.0, 2.0, 3.0]                                         # consecutive failures grow the delay
+    assert slept == [0.75, 1.5, 2.25]                        # consecutive failures grow the delay, to the cap
     assert informer.lists == 1 and informer.ready.is_set()
     assert "etcd" in caplog.text and "no list" in caplog.text and "OSError" in caplog.text  # a library error: its type (core/redact.py)
     assert informer.failed.is_set()        # the last attempt (the watch) failed: nobody should wait on it
@@ -193,37 +195,6 @@ def test_status_code_of_a_watch_error(event, code) -> None:
 def test_resource_keys() -> None:
     assert Resource("/api/v1/pods").key(pod("a")) == "ds-a/a"
     assert Resource("/api/v1/namespaces").key({"metadata": {"name": "ds-a"}}) == "ds-a"
-
-
-@pytest.mark.parametrize("lists_finish", [True, False])
-async def test_the_gc_is_paused_for_the_initial_lists_and_never_past_the_limit(lists_finish: bool) -> None:
-    """The cyclic GC is off while the initial LISTs come in (each page's objects made a full
-    collection walk every record cached so far), back on once they are in, or at the limit if one
-    never finishes; what is cached by then is frozen out of later full collections."""
-    import gc
-
-    from tests.unit.fakes import Harness
-
-    h = Harness()
-    ready = [asyncio.Event(), asyncio.Event()]
-    h.ctx.informers = [type("Listed", (), {"ready": e})() for e in ready]  # type: ignore[misc]
-    frozen = gc.get_freeze_count()
-    gc.disable()
-    try:
-        task = asyncio.ensure_future(h.ctx.collect_after_lists(limit=120.0))
-        ready[0].set()
-        await h.clock.advance(119.0)
-        assert not gc.isenabled() and not task.done()  # one LIST still going, the limit not reached
-        if lists_finish:
-            ready[1].set()
-        else:
-            await h.clock.advance(1.0)
-        await settle()
-        assert task.done() and gc.isenabled()
-        assert gc.get_freeze_count() > frozen
-    finally:
-        gc.enable()
-        gc.unfreeze()
 
 
 async def test_pages_grow_or_shrink_to_their_byte_target() -> None:

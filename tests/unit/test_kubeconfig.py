@@ -208,10 +208,10 @@ def test_two_kubeconfig_files_are_merged_by_the_client_loader(tmp_path: Path) ->
 
 
 def test_the_operator_run_path_never_imports_the_kubernetes_client() -> None:
-    """kopf hidden from it while imported (__main__.import_kopf), a plain kopf registry (no
-    piggybacking login), our own kubeconfig and quantity readers: 0.17 CPU-s and 10 MiB of the start."""
+    """kopf hidden from it while imported (controller/process.import_kopf), a plain kopf registry (no
+    piggybacking login), our own kubeconfig and quantity readers: the start loads none of the client."""
     code = ("import sys\n"
-            "from sunk_sandbox_operator.__main__ import import_kopf\n"
+            "from sunk_sandbox_operator.controller.process import import_kopf\n"
             "kopf = import_kopf()\n"
             "kopf.set_default_registry(kopf.OperatorRegistry())\n"
             "from sunk_sandbox_operator import handlers\n"

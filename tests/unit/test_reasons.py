@@ -80,3 +80,19 @@ def test_every_event_the_code_posts_has_a_declared_reason():
     offenders = [f"{p.relative_to(ROOT)}:{n}" for p in pkg.rglob("*.py")
                  for n, line in enumerate(p.read_text().splitlines(), 1) if re.search(r'ctx\.event\([^,]+, "', line)]
     assert not offenders, offenders
+
+
+def test_condition_types_are_named_by_the_enum_outside_api() -> None:
+    """Outside api/ a condition type is `ConditionType.X` (mypy holds `Part.condition` and
+    `set_condition` to it), never its spelling as a string: a typo there would be a condition no
+    table, order or Ready input knows. "Ready" is left out: it is also a Pod's condition
+    (core/scheduler.py reads the scheduler pods') and a reason."""
+    import ast
+
+    ours = {t.value for t in reasons.ConditionType} - {"Ready"}
+    package = ROOT / "operator" / "sunk_sandbox_operator"
+    spelled = [f"{path.relative_to(package)}:{node.lineno}: {node.value}"
+               for path in sorted(package.rglob("*.py")) if path.relative_to(package).parts[0] != "api"
+               for node in ast.walk(ast.parse(path.read_text()))
+               if isinstance(node, ast.Constant) and node.value in ours]
+    assert spelled == []

@@ -523,9 +523,11 @@ def test_parse_retry_after() -> None:
     assert parse_retry_after("-3") == 0.0 and parse_retry_after("99999") == client_mod.RETRY_AFTER_MAX
 
 
-def test_backoff_delay_full_jitter_and_retry_after_floor() -> None:
+def test_backoff_delay_full_jitter_and_the_retry_after_wins_within_its_bound() -> None:
     rng = random.Random(0)
     for attempt in range(8):
         d = backoff_delay(attempt, 0.2, 5.0, rng, None)
         assert 0 <= d <= min(5.0, 0.2 * 2**attempt)
-    assert backoff_delay(0, 0.2, 5.0, rng, 3.0) == 3.0
+    assert backoff_delay(0, 0.2, 5.0, rng, 3.0) == 3.0       # longer than the ceiling: the server knows
+    assert backoff_delay(6, 0.2, 5.0, rng, 0.1) == 0.1       # shorter too
+    assert backoff_delay(0, 0.2, 5.0, rng, 1e9) == client_mod.RETRY_AFTER_MAX

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from dataclasses import dataclass
 from typing import Awaitable, Callable, Iterable
 
 import orjson
 
+from ..core.backoff import Backoff
 from . import kube as k
 from .kubehttp import ApiStatus, KubeHTTP, status_code
 
@@ -27,6 +29,9 @@ PARTIAL_ONE = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,appl
 
 Sink = Callable[[str, dict], None]
 YIELD_EVERY = 100  # LIST items handed to the sink between two turns of the event loop
+# After failures in a row: soon after a blip, at most every 30 s while the API server is away, and
+# jittered, so the informers of every replica do not relist together when it comes back.
+RETRY_BACKOFF = Backoff(base=1.0, cap=30.0, jitter=0.5)
 
 
 @dataclass(frozen=True)
@@ -51,10 +56,10 @@ class Informer:
     def __init__(self, http: KubeHTTP, resource: Resource, sink: Sink, known: Callable[[], Iterable[str]], *,
                  page_size: int = 500, watch_timeout: int = 300, name: str = "informer",
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-                 retry_delay: Callable[[int], float] = lambda n: min(30.0, 0.5 * 2 ** n)) -> None:
+                 backoff: Backoff = RETRY_BACKOFF, rand: Callable[[], float] = random.random) -> None:
         self.http, self.resource, self.sink, self.known = http, resource, sink, known
         self.page_size, self.watch_timeout, self.name = page_size, watch_timeout, name
-        self._sleep, self._retry_delay = sleep, retry_delay
+        self._sleep, self.backoff, self._rand = sleep, backoff, rand
         self.ready = asyncio.Event()      # set once the first complete LIST is in the sink
         self.failed = asyncio.Event()     # set while its last attempt failed (refused, unreachable): don't wait
         self.resource_version: str | None = None
@@ -132,6 +137,10 @@ class Informer:
             if kind in ("ADDED", "MODIFIED", "DELETED"):
                 self.events += 1
                 self.sink(kind, obj)
+
+    def _retry_delay(self, failures: int) -> float:
+        """The one backoff (core/backoff.py) after `failures` (1, 2, ...) failures in a row."""
+        return self.backoff.delay(failures - 1, self._rand)
 
     async def run(self) -> None:
         """List, then watch for ever; relist on 410 Gone; back off on errors (never give up)."""

@@ -3,8 +3,8 @@
 Every call is one REST request on the event loop through the operator's HTTP session
 (adapters/kubehttp.py: aiohttp, authenticated from adapters/kubeconfig.py's `Access`), so
 the core sees exactly what the API server sent (camelCase), as in tests and fixtures. The
-generated API classes are not used: instantiating the six the operator needed imported 317 model
-modules, about 27 MiB of the process. One `Kube` is built at start-up and handed around in the
+generated API classes are not used: instantiating the six the operator needed imported hundreds
+of model modules (README, Scale). One `Kube` is built at start-up and handed around in the
 controller context (no module-level client).
 """
 

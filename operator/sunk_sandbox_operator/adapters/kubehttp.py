@@ -13,7 +13,7 @@ import time
 from typing import Any, AsyncIterator, Callable, Mapping
 
 import aiohttp
-import orjson  # parses watch events and LIST pages 3-4x faster than json: the pod watch's main cost
+import orjson  # parses watch events and LIST pages several times faster than json: the pod watch's main cost
 
 from ..core.redact import describe
 from . import kube as k
@@ -29,8 +29,8 @@ class ApiStatus(k.KubeError):
 
 
 # Seconds one Authorization value serves before it is asked again (a token file read; with the
-# kubernetes client's loader, its refresh hook, which reloads the whole kubeconfig: 75 µs, 0.45
-# CPU-s of the 5,000 RoleBinding creates at start). A rotated token is picked up within this; the
+# kubernetes client's loader, its refresh hook, which reloads the whole kubeconfig at every request:
+# README, Scale). A rotated token is picked up within this; the
 # one it replaces stays valid longer (projected tokens are refreshed at 80 % of their lifetime).
 AUTH_REUSE_SECONDS = 10.0
 
@@ -68,7 +68,7 @@ class KubeHTTP:
                       content_type: str = "application/json", headers: Mapping[str, str] | None = None,
                       timeout: float = 60.0, decode: Callable[[bytes], dict] | None = None) -> dict:
         extra = {**(headers or {}), **({"Content-Type": content_type} if body is not None else {})}
-        # orjson: 8 % of a RoleBinding create's operator CPU was json.dumps (the same compact bytes).
+        # orjson: json.dumps was a visible part of a RoleBinding create's operator CPU (the same compact bytes).
         data = orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS) if body is not None else None
         try:
             async with self.session().request(method, self.base + path, params=params, data=data,

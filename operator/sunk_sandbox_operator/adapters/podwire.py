@@ -3,8 +3,8 @@
 A pod on the wire is 1.5-20 KB (managedFields, volumes, env, probes, container statuses); the
 operator keeps a few hundred bytes of it (core/pods.py `PodRecord`). Decoding a whole page with
 orjson built every one of those dicts only to drop them: msgspec, given the shape below, skips
-what it is not asked for, so a 500-pod page is decoded in 40-60 % of the time into a quarter of
-the memory (`tests/unit/test_podwire.py` measures neither; it pins that nothing read is lost).
+what it is not asked for, so a page is decoded in less time into less memory (README, Scale;
+`tests/unit/test_podwire.py` measures neither: it pins that nothing read is lost).
 
 The result is the same plain JSON as orjson gives, restricted to these fields: an absent field
 stays absent (UNSET), a null stays None, so `dict.get` reads it as before. Anything that does not

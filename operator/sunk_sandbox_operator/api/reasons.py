@@ -26,11 +26,12 @@ class ConditionType(StrEnum):
 # Status order, and the inputs of Ready in the order its reason is picked (SlurmReady before
 # PlacementVerified: a partition that is down is the cause, the placeholder jobs pending on it the
 # symptom).
-CONDITION_TYPES: list[str] = [t.value for t in ConditionType]
-READY_INPUTS: list[str] = CONDITION_TYPES[1:]
+CONDITION_TYPES: list[ConditionType] = list(ConditionType)
+READY_INPUTS: list[ConditionType] = CONDITION_TYPES[1:]
 # Inputs whose Unknown does not hold Ready back: no sandbox pod yet; Slurm not answering (its own
 # condition says so; nothing the binding does depends on slurmrestd).
-UNKNOWN_DOES_NOT_HOLD_READY: frozenset[str] = frozenset({"PlacementVerified", "SlurmReady"})
+UNKNOWN_DOES_NOT_HOLD_READY: frozenset[ConditionType] = frozenset({ConditionType.PLACEMENT_VERIFIED,
+                                                              ConditionType.SLURM_READY})
 
 
 class _Reason(StrEnum):
@@ -242,7 +243,7 @@ class PlacementVerified(_Reason):
 
 
 # Condition type → the enum of its own reasons (Common ones apply to every type).
-BY_CONDITION: dict[str, type[_Reason]] = {
+BY_CONDITION: dict[ConditionType, type[_Reason]] = {
     ConditionType.READY: Ready,
     ConditionType.SCHEDULER_READY: SchedulerReady,
     ConditionType.POLICY_SYNCED: PolicySynced,
@@ -261,6 +262,6 @@ def grant_targets(namespace: str) -> str:
 
 def table() -> list[tuple[str, str, str]]:
     """(condition, reason, fix) rows, as the README shows them."""
-    rows = [(str(ctype), str(r), r.fix) for ctype, enum in BY_CONDITION.items() if ctype != "Ready" for r in enum]
+    rows = [(str(ctype), str(r), r.fix) for ctype, enum in BY_CONDITION.items() if ctype != ConditionType.READY for r in enum]
     rows += [("any", str(r), r.fix) for r in Common]
     return rows

@@ -9,9 +9,7 @@ budget measures). Tests build one with fakes.
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import datetime as dt
-import gc
 import logging
 import time
 from dataclasses import dataclass, field
@@ -36,32 +34,7 @@ from .depends import Dependencies
 from .timers import Timers
 from .state import BindingState, Registry
 
-
 log = logging.getLogger("sunk_sandbox_operator")
-
-M_ARENA_MAX = -8  # glibc mallopt parameter
-
-
-def limit_malloc_arenas(arenas: int = 2) -> None:
-    """glibc gives each thread (the Kubernetes client's pool, kopf's executor) its own malloc arena,
-    each keeping freed memory as RSS; two arenas are plenty for one event loop. Call before any
-    thread starts; a no-op where glibc is absent."""
-    try:
-        ctypes.CDLL("libc.so.6").mallopt(M_ARENA_MAX, arenas)
-    except (OSError, AttributeError):
-        pass
-
-
-LIST_GC_PAUSE_LIMIT = 120.0  # seconds the cyclic GC may stay paused for the initial LISTs
-
-
-def _return_free_memory() -> None:
-    """Hand the heap the initial LISTs left free back to the OS (glibc only; elsewhere a no-op)."""
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
-
 
 def utc_now_iso() -> str:
     return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
@@ -139,29 +112,11 @@ class Context:
 
     async def synced(self) -> None:
         """Until every informer has its initial LIST in the caches (a first reconcile waits for this:
-        writing the policy and the scope while 50,000 pods are listed was at most 0.8 s sooner on 2
-        busy cores, with 5,000 grants, and its allocations among the pods' raised the peak by 6-11 MiB)."""
+        writing the policy and the scope while the pods are still listed gained little time on busy
+        cores, and its allocations among the pods' raised the memory peak: README, Scale)."""
         for informer in self.informers:
             await informer.ready.wait()
         self.namespaces.ready = True
-
-    async def collect_after_lists(self, limit: float = LIST_GC_PAUSE_LIMIT) -> None:
-        """The cyclic GC is paused (`lifecycle.start`) until the initial LISTs are in, at most
-        `limit` seconds: the LIST pages' objects survive young collections, so each page made a
-        full collection walk every record cached so far (measured at 50,000 pods and 5,000 grants:
-        operator CPU to the first reconcile 9.6-11.0 s with the GC on, 7.2-7.3 s paused).
-        Then the records, which live as long as the process, are frozen out of the GC's full
-        collections (pauses of hundreds of ms at 50,000 pods) and the freed heap goes back to the OS."""
-        listed = asyncio.ensure_future(asyncio.gather(*(i.ready.wait() for i in self.informers)))
-        bound = asyncio.ensure_future(self.sleep(limit))  # a LIST that cannot finish does not keep the GC off
-        try:
-            await asyncio.wait((listed, bound), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiting in (listed, bound):
-                waiting.cancel()
-            gc.freeze()
-            gc.enable()
-            _return_free_memory()
 
     def pods_listed(self) -> bool:
         """The sandbox pods' initial LIST is in the cache (always, with no informer: unit tests)."""

@@ -7,7 +7,6 @@ the restore retry budget, and the start-up order (namespaces listed before any r
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import os
 import random
@@ -26,7 +25,7 @@ from ..api import keys
 from ..api.events import EventReason
 from ..core import resync as resync_core
 from ..core.redact import describe
-from . import budget, reconcile, watch
+from . import budget, process, reconcile, watch
 from .config import Config, load
 from .caches import GrantCache
 from .context import Context
@@ -104,9 +103,10 @@ async def start(logger: logging.Logger, config: Config | None = None) -> Context
                         ctx.binding_cache.keys, page_size=config.list_page_size, name="binding informer")
     ctx.binding_cache.listed = informer.ready.is_set
     ctx.informers.append(informer)
-    gc.disable()  # until the initial LISTs are in (Context.collect_after_lists: why, and the bound)
+    process.pause_gc()  # until the initial LISTs are in (process.resume_gc_after: why, and the bound)
     ctx.tasks = [asyncio.create_task(i.run(), name=i.name) for i in ctx.informers]
-    ctx.tasks.append(asyncio.create_task(ctx.collect_after_lists(), name="GC after the initial LISTs"))
+    ctx.tasks.append(asyncio.create_task(process.resume_gc_after([i.ready for i in ctx.informers], ctx.sleep),
+                                         name="GC after the initial LISTs"))
     ctx.http = http
     return ctx
 

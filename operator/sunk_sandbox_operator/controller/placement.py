@@ -13,6 +13,7 @@ from typing import Iterator
 
 from ..api.events import EventReason
 from ..api.keys import PARTITION_ANNOTATION
+from ..api.reasons import ConditionType
 from ..core import grace, placement
 from ..core.compose import Part
 from ..core.scheduler import Discovery
@@ -84,8 +85,8 @@ def observe(ctx: Context, kind: str, pod: placement.PodRecord
     ns = pod.namespace
     for state in ctx.bindings:
         # Not reconciled yet: its first reconcile builds the tracker from the whole cache
-        # (`set_expectations`), so judging the 50,000 pods of the initial LIST one by one here too
-        # was thrown away (0.5 CPU-s of the start).
+        # (`set_expectations`), so judging the pods of the initial LIST one by one here too would be
+        # work thrown away (README, Scale).
         e = state.placement.expectations
         if e is None or not _belongs(ctx, state, ns):
             continue
@@ -120,12 +121,12 @@ def report(ctx: Context, state: BindingState) -> None:
     kill_wait = d.kill_wait_seconds if d else None
     status, reason, message = grace.grace_condition(state.admitted_spec.expected_grace_period_seconds, summary.max_grace,
                                                     kill_wait)
-    state.report(Part("GracePeriodSafe", status, reason, message))
+    state.report(Part(ConditionType.GRACE_PERIOD_SAFE, status, reason, message))
     window, now = ctx.config.policy_propagation_seconds, ctx.now_iso()
     jobs = _jobs_summary(ctx, state)
     status, reason, message = placement.placement_condition(summary, applied, window_seconds=window, now=now,
                                                             jobs=jobs)
-    state.report(Part("PlacementVerified", status, reason, message, "placement", summary.to_status(jobs).wire()))
+    state.report(Part(ConditionType.PLACEMENT_VERIFIED, status, reason, message, "placement", summary.to_status(jobs).wire()))
     _recheck_at(ctx, state, placement.propagating_until(summary, applied, window_seconds=window, now=now),
                 placement.parse_time(now))
 

@@ -14,7 +14,7 @@ from ..api.events import EventReason
 from ..adapters import kube as k
 from ..adapters.runnerapi import client as rc
 from ..adapters.runnerapi import errors as rerr
-from ..api.reasons import PolicySynced
+from ..api.reasons import ConditionType, PolicySynced
 from ..api.status import OwnedPath, PolicyContention
 from ..core.problems import Problem
 from ..core.redact import describe
@@ -27,7 +27,7 @@ from . import credentials, retry, runner_proof
 from .context import Context
 from .state import BindingState
 
-COND = "PolicySynced"
+COND = ConditionType.POLICY_SYNCED
 
 
 def _status_owned(state: BindingState) -> list[OwnedPath]:

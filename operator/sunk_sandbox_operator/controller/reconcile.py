@@ -82,7 +82,7 @@ async def _owner(ctx: Context, state: BindingState) -> Part | None:
     state.conflict, state.conflict_checked = verdict.owner, True
     if verdict.owner is not None:
         message = runner_proof.conflict_message(state, verdict, tried)
-        return runner_proof.conflict_part(state, "PolicySynced", message)
+        return runner_proof.conflict_part(state, ConditionType.POLICY_SYNCED, message)
     claims = frozenset(verdict.claimants)
     if claims - state.claims_warned:
         ctx.event(state, EventReason.RUNNER_CLAIMED,
@@ -140,10 +140,10 @@ async def _reconcile(ctx: Context, state: BindingState, resync: bool) -> None:
         d = await step(ctx, state, ConditionType.SCHEDULER_READY, discover(ctx, state))
         state.discovery = d
         status, reason, message = scheduler.scheduler_condition(d)
-        state.report(Part("SchedulerReady", status, reason, message, "scheduler", scheduler.to_status(d).wire()))
+        state.report(Part(ConditionType.SCHEDULER_READY, status, reason, message, "scheduler", scheduler.to_status(d).wire()))
     except TRANSIENT_ERRORS as exc:  # stays on this condition; the rest goes on with what was known
         transient = True
-        state.report(Part("SchedulerReady", "Unknown", Common.API_ERROR,
+        state.report(Part(ConditionType.SCHEDULER_READY, "Unknown", Common.API_ERROR,
                           f"reading the scheduler's pods and ConfigMaps failed ({describe(exc)}); retrying", "scheduler",
                           state.section("scheduler") or None))
     d = state.discovery or scheduler.Discovery(namespace=spec.scheduler_namespace(state.namespace), selector="")
@@ -155,7 +155,7 @@ async def _reconcile(ctx: Context, state: BindingState, resync: bool) -> None:
         state.policy.read_key = None  # the policy step did not run: the next one reads the runner
         assert owned is not None
         state.report(owned)
-        state.report(runner_proof.conflict_part(state, "ScopeSynced", owned.message))
+        state.report(runner_proof.conflict_part(state, ConditionType.SCOPE_SYNCED, owned.message))
     else:
         if owned is not None:  # its own attempt to prove failed: that is PolicySynced (no second call)
             state.policy.read_key = None
@@ -163,13 +163,13 @@ async def _reconcile(ctx: Context, state: BindingState, resync: bool) -> None:
         else:
             state.report(await step(ctx, state, ConditionType.POLICY_SYNCED,
                                     policy.sync(ctx, state, d.name, resync=resync)))
-        if state.parts["PolicySynced"].reason == PolicySynced.CREDENTIALS_MISSING:
+        if state.parts[ConditionType.POLICY_SYNCED].reason == PolicySynced.CREDENTIALS_MISSING:
             runner_proof.failed(state, PolicySynced.CREDENTIALS_MISSING)
         state.report(await step(ctx, state, ConditionType.SCOPE_SYNCED, scope.sync(ctx, state)))
     # Read only, so a younger conflicting binding checks Slurm too; its own token, its own request.
     state.report(await step(ctx, state, ConditionType.SLURM_READY, slurm.sync(ctx, slurm_poll.pollers(ctx), state)))
     ctx.slurm.checked(state)
-    policy_part = state.parts["PolicySynced"]
+    policy_part = state.parts[ConditionType.POLICY_SYNCED]
     transient = transient or (policy_part.status == "False" and policy_part.reason in TRANSIENT) \
         or policy_part.reason == Common.API_ERROR
     state.failures = state.failures + 1 if transient else 0

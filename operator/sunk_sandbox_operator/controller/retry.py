@@ -1,4 +1,4 @@
-"""The one optimistic-concurrency retry helper, and the one backoff every retry uses.
+"""The one optimistic-concurrency retry helper, and the shell's handle on the one backoff (core/backoff.py).
 
 Every write that carries a precondition (a runner-policy etag, a resourceVersion) and every
 restore goes through `optimistic`: run the attempt (which reads, decides and writes); if the
@@ -11,23 +11,18 @@ from __future__ import annotations
 
 import asyncio
 import random
-from dataclasses import dataclass
 from typing import Awaitable, Callable, TypeVar
+
+from ..core import backoff as core_backoff
 
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class Backoff:
-    """Delay before retry n (0-based): min(cap, base·2ⁿ), scaled by a jitter in [1-jitter, 1]."""
-
-    base: float = 0.05
-    cap: float = 2.0
-    jitter: float = 0.5
+class Backoff(core_backoff.Backoff):
+    """The one backoff (core/backoff.py), drawing from the process's `random` unless told otherwise."""
 
     def delay(self, attempt: int, rand: Callable[[], float] = random.random) -> float:
-        ceiling = min(self.cap, self.base * (2 ** min(attempt, 30)))
-        return ceiling * (1.0 - self.jitter * rand())
+        return super().delay(attempt, rand)
 
 
 # Lost races on one object are resolved in well under a second; a failed sync comes back
@@ -47,7 +42,7 @@ async def optimistic(
     *,
     lost_race: Callable[[BaseException], bool],
     retries: int,
-    backoff: Backoff = CONFLICT_BACKOFF,
+    backoff: core_backoff.Backoff = CONFLICT_BACKOFF,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     rand: Callable[[], float] = random.random,
 ) -> T:

@@ -15,7 +15,7 @@ from typing import Any
 from ..adapters import kube as k
 from ..adapters.runnerapi import client as rc
 from ..adapters.runnerapi import errors as rerr
-from ..api.reasons import Common, PolicySynced
+from ..api.reasons import Common, ConditionType, PolicySynced
 from ..api.status import RunnerStatus
 from ..core import conflicts
 from ..core import policy_decide as decide
@@ -85,14 +85,14 @@ async def attempt(ctx: Context, state: BindingState, api: rc.RunnerClient) -> Pa
         await api.get_managed_runner(state.admitted_spec.runner.id)  # observe() records the answer
     except Problem as exc:
         failed(state, exc.reason)
-        return Part("PolicySynced", "False", exc.reason, exc.message)
+        return Part(ConditionType.POLICY_SYNCED, "False", exc.reason, exc.message)
     except rc.Throttled as exc:
-        return Part("PolicySynced", "False", PolicySynced.API_UNAVAILABLE, exc.message)
+        return Part(ConditionType.POLICY_SYNCED, "False", PolicySynced.API_UNAVAILABLE, exc.message)
     except (k.KubeError, OSError) as exc:  # reading the Secret failed: nothing is known, nothing recorded
-        return Part("PolicySynced", "Unknown", Common.API_ERROR, f"reading the token Secret failed ({describe(exc)}); retrying")
+        return Part(ConditionType.POLICY_SYNCED, "Unknown", Common.API_ERROR, f"reading the token Secret failed ({describe(exc)}); retrying")
     except rerr.RunnerAPIError as err:
         report = decide.api_error(err.code, err.message)
-        return Part("PolicySynced", report.status, report.reason, report.message)
+        return Part(ConditionType.POLICY_SYNCED, report.status, report.reason, report.message)
     return None
 
 
@@ -113,5 +113,5 @@ def conflict_message(state: BindingState, verdict: conflicts.RunnerVerdict, why:
     return text
 
 
-def conflict_part(state: BindingState, condition: str, message: str) -> Part:
+def conflict_part(state: BindingState, condition: ConditionType, message: str) -> Part:
     return Part(condition, "False", Common.RUNNER_CONFLICT, message)

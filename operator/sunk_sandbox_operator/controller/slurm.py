@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from ..adapters import slurmrest as sr
 from ..api.events import EventReason
-from ..api.reasons import SlurmReady
+from ..api.reasons import ConditionType, SlurmReady
 from ..api.status import SlurmStatus
 from ..api.spec import BindingSpec
 from ..core import slurm
@@ -30,7 +30,7 @@ from . import credentials
 from .context import Context
 from .state import BindingState
 
-COND = "SlurmReady"
+COND = ConditionType.SLURM_READY
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Callable, Generic, Iterator, TypeVar
 from ..adapters.metrics import BindingCounters, BindingSample
 from ..adapters.targets import ParseMemo
 from ..api.keys import RECONCILE_REQUEST_ANNOTATION
+from ..api.reasons import ConditionType
 from ..api.spec import BindingSpec, SandboxNamespaces, parse_spec
 from ..core.budget import Input
 from ..core.compose import Part
@@ -124,7 +125,7 @@ class SlurmMemory:
 class CostMemory:
     """The reconcile budget's tally (controller/budget.py)."""
 
-    spent: dict[str, float] = field(default_factory=dict)  # CPU seconds per concern (its condition), this reconcile
+    spent: dict[ConditionType, float] = field(default_factory=dict)  # CPU seconds per concern (its condition), this reconcile
     inputs: tuple[Input, ...] = ()                          # the heaviest objects discovery last read
     overruns: int = 0                                       # consecutive reconciles over the budget
 
@@ -152,7 +153,7 @@ class BindingState:
     # The conditions this process last wrote: the previous state a condition event compares with (a
     # late echo of an older write, which `status` may hold for a moment, must not hide a change).
     conditions_written: list[dict] | None = None
-    parts: dict[str, Part] = field(default_factory=dict)
+    parts: dict[ConditionType, Part] = field(default_factory=dict)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     discovery: Discovery | None = None
     conflict: str | None = None                          # the binding that keeps our runner, if not us

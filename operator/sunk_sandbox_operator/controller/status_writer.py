@@ -14,7 +14,7 @@ from typing import Callable
 
 from ..adapters import kube as k
 from ..adapters import logfields
-from ..api.reasons import CONDITION_TYPES, Common
+from ..api.reasons import CONDITION_TYPES, Common, ConditionType
 from ..core import compose, resync
 from ..core import conditions as c
 from . import runner_proof
@@ -83,7 +83,7 @@ def condition_events(ctx: Context, state: BindingState, old: list[dict], new: li
     """One event per condition whose status flipped, or whose reason changed while False; a first
     state only when False."""
     for cond in new:
-        if cond["type"] == "Ready" or cond.get("reason") == Common.NOT_RECONCILED:
+        if cond["type"] == ConditionType.READY or cond.get("reason") == Common.NOT_RECONCILED:
             continue
         before = c.find(old, cond["type"])
         if (before is None or before.get("reason") == Common.NOT_RECONCILED) and cond["status"] != "False":

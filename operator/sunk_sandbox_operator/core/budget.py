@@ -17,7 +17,7 @@ from ..api.reasons import Common, ConditionType
 from .compose import Part
 
 # What each measured concern does, for the message (the keys are the conditions they report).
-STEPS: dict[str, str] = {
+STEPS: dict[ConditionType, str] = {
     ConditionType.SCHEDULER_READY: "discovering the scheduler from its pods and ConfigMaps",
     ConditionType.POLICY_SYNCED: "syncing the runner policy",
     ConditionType.SCOPE_SYNCED: "syncing the scope target",
@@ -77,7 +77,7 @@ def heaviest(configmaps: Iterable[Any], pods: Iterable[Any], n: int = 3) -> tupl
     return tuple(found[:n])
 
 
-def overrun(spent: Mapping[str, float], total: float, budget: float, inputs: tuple[Input, ...],
+def overrun(spent: Mapping[ConditionType, float], total: float, budget: float, inputs: tuple[Input, ...],
             retry_in: float) -> Part | None:
     """The condition to report when `total` CPU seconds exceed `budget` (> 0), else None.
     `spent`: CPU seconds per measured concern (by condition); the rest of `total` was the
@@ -99,4 +99,4 @@ def overrun(spent: Mapping[str, float], total: float, budget: float, inputs: tup
                f"({SETTING}): {seconds:.1f} s {what}. Shorten or fix what it reads (a huge or malformed "
                f"value is the usual cause); the binding is reconciled again in {retry_in:.0f} s and not sooner, "
                "so other bindings are not delayed")
-    return Part(str(condition), "False", Common.OVER_BUDGET, message)
+    return Part(condition, "False", Common.OVER_BUDGET, message)

@@ -11,12 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..api.reasons import ConditionType
 from . import conditions as c
 
 
 @dataclass(frozen=True)
 class Part:
-    condition: str                      # condition type this part decides
+    condition: ConditionType            # the condition this part decides
     status: c.Status                    # True | False | Unknown
     reason: str
     message: str

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Literal
 
-from ..api.reasons import CONDITION_TYPES, READY_INPUTS, UNKNOWN_DOES_NOT_HOLD_READY, Common, Ready
+from ..api.reasons import CONDITION_TYPES, READY_INPUTS, UNKNOWN_DOES_NOT_HOLD_READY, Common, ConditionType, Ready
 
 Status = Literal["True", "False", "Unknown"]
 
@@ -20,7 +20,7 @@ def find(conditions: Iterable[dict[str, Any]], ctype: str) -> dict[str, Any] | N
 
 def set_condition(
     conditions: list[dict[str, Any]],
-    ctype: str,
+    ctype: ConditionType,
     status: Status,
     reason: str,
     message: str,
@@ -79,7 +79,7 @@ def with_ready(conditions: list[dict[str, Any]], generation: int | None, now: st
     status, reason, message = ready(conditions)
     if note:
         message = f"{message}; note: {note}"
-    return set_condition(conditions, "Ready", status, reason, message, generation, now)
+    return set_condition(conditions, ConditionType.READY, status, reason, message, generation, now)
 
 
 def initial(generation: int | None, now: str) -> list[dict[str, Any]]:

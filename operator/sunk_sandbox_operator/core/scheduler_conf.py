@@ -100,8 +100,8 @@ def parse_scheduler_conf(text: Any) -> SchedulerConf:
     return _parse_text(text)
 
 
-# A pure function of the text, memoized: every reconcile re-reads scheduler.conf, whose list of
-# 5,000 names made its parse a third of a no-op resync. At most 4 texts of a ConfigMap's 1 MiB.
+# A pure function of the text, memoized: every reconcile re-reads scheduler.conf, and with a long
+# list of names its parse was most of a no-op resync. At most 4 texts of a ConfigMap's 1 MiB.
 @functools.lru_cache(maxsize=4)
 def _parse_text(text: str) -> SchedulerConf:
     try:

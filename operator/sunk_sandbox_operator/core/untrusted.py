@@ -11,15 +11,15 @@ so before libyaml builds anything, `check` raises `Refused` (saying what, where,
   text is its anchor's, elsewhere, so no splice can edit through one anyway. An anchor that no alias uses
   expands nothing and is accepted;
 - more than MAX_NODES nodes (scalars, sequences, mappings: what one parse's memory and CPU grow with;
-  about 25 MiB and 0.5 CPU-s for one edit at the bound, 5x the scale benchmark's 10,000-name list);
+  the bound is 5x the scale benchmark's 10,000-name list; README, Scale: one edit's cost at it);
 - nesting deeper than MAX_DEPTH: the code that copies and compares documents recurses (libyaml's own limit,
   1,000, is past Python's recursion limit);
 - and, while constructing (`load`), an integer of more than MAX_INT_CHARS characters: a YAML 1.1 base-60
   integer (`1:2:3:…`) costs quadratic time, and Python's own 4,300-digit limit covers only base 10.
 
 The common path stays cheap: a text without `*` holds no alias, and counting the characters that can
-open a node, plus one regex for the deepest indentation, bounds its nodes and depth from above (about
-1 ms at 10,000 names, against 20 ms for the parse). Only a text those bounds cannot clear is scanned
+open a node, plus one regex for the deepest indentation, bounds its nodes and depth from above (a small
+fraction of the parse: README, Scale). Only a text those bounds cannot clear is scanned
 exactly: libyaml's parser, event by event (constant memory), stopping at the first thing refused.
 """
 
@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-# libyaml when present (~20x faster). Its node marks are character offsets, as yaml_splice needs.
+# libyaml when present (much faster than pure Python). Its node marks are character offsets, as yaml_splice needs.
 FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 MAX_BYTES = 1 << 20
@@ -78,7 +78,7 @@ def _deep_line(prefix: int) -> tuple[re.Pattern[str], re.Pattern[str], re.Patter
 
 def _has_deep_line(text: str, prefix: int) -> bool:
     first, after_lf, after_any = _deep_line(prefix)
-    odd = "\r" in text or "\x85" in text or "\u2028" in text or "\u2029" in text  # the class is 3x slower
+    odd = "\r" in text or "\x85" in text or "\u2028" in text or "\u2029" in text  # the class is slower
     return first.match(text) is not None or (after_any if odd else after_lf).search(text) is not None
 
 

@@ -1,7 +1,7 @@
 """Client of the CoreWeave runner management API (Connect protocol, unary JSON over HTTP).
 
 Two calls: GetManagedRunner and UpdateManagedRunner (domain.md section 5). The client retries,
-with exponential backoff and full jitter, only the codes where retrying is safe and useful
+with the one backoff (full jitter; a Retry-After wins), only the codes where retrying is safe and useful
 (unavailable, deadline_exceeded, resource_exhausted); a stale etag is the caller's to handle
 (re-read, re-merge, resend). Every HTTP attempt first takes a token from its limiter: a
 binding's share of one process-wide budget (limiter.py), so many bindings cannot hammer the API
@@ -24,6 +24,7 @@ from typing import Any, Awaitable, Callable, Mapping
 
 import httpx
 
+from ...core.backoff import Backoff, hinted
 from ...core.redact import describe
 
 from .errors import (  # re-exported: callers import everything from here
@@ -161,9 +162,9 @@ def parse_error(status: int, content_type: str, content: bytes, retry_after: flo
 
 
 def backoff_delay(attempt: int, base: float, cap: float, rng: random.Random, retry_after: float | None) -> float:
-    """Full-jitter exponential backoff; the server's Retry-After, when given, is a floor."""
-    jitter = rng.uniform(0.0, min(cap, base * (2**attempt)))
-    return max(jitter, retry_after) if retry_after is not None else jitter
+    """The one backoff (core/backoff.py) with full jitter; the server's Retry-After, when given, wins
+    (within RETRY_AFTER_MAX)."""
+    return hinted(Backoff(base, cap, jitter=1.0), attempt, rng.random, retry_after, RETRY_AFTER_MAX)
 
 
 def _redact(text: str, secret: str) -> str:
@@ -182,7 +183,7 @@ DEFAULT_LIMITER = RateLimiter(rate=10.0, burst=20)
 
 @functools.cache
 def _tls_context() -> ssl.SSLContext:
-    # Loading the CA bundle costs ~0.1-0.3 s; build it once for every client of the process.
+    # Loading the CA bundle parses every certificate in it; build it once for every client of the process.
     return httpx.create_ssl_context()
 
 

@@ -17,7 +17,7 @@ from ...adapters import grants as io
 from ...adapters import kube as k
 from ...adapters import scheduler as sched
 from ...adapters import targets
-from ...api.reasons import Common, ScopeSynced
+from ...api.reasons import Common, ConditionType, ScopeSynced
 from ...core.compose import Part
 from ...core.problems import Problem
 from ...core.redact import describe
@@ -34,7 +34,7 @@ from ..state import BindingState, Loop, ScopeMemory
 
 log = logging.getLogger("sunk_sandbox_operator")
 
-COND = "ScopeSynced"
+COND = ConditionType.SCOPE_SYNCED
 
 
 def gate(ctx: Context, state: BindingState) -> Finding | None:
