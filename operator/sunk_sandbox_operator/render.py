@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from .api.keys import KIND
 from .api.spec import BindingSpec, parse_spec
-from .core.policy import PolicyError, desired_fields, diff, merge, validate_policy
+from .core.policy.merge import PolicyError, desired_fields, diff, merge, validate_policy
 
 PROG = "sunk-sandbox-operator render-policy"
 # Keys of a GetManagedRunner response (or UpdateManagedRunner body); a bare policy has none.

@@ -498,7 +498,7 @@ def main(argv: list[str] | None = None) -> int:
                 fails.append(f"RoleBindings: extra {sorted(have - want_rbs)[:10]}, missing "
                              f"{sorted(want_rbs - have)[:10]}")
             from sunk_sandbox_operator.adapters.ownership import KEY as RECORD_KEY, name_for
-            from sunk_sandbox_operator.core.ownership import from_json
+            from sunk_sandbox_operator.core.policy.ownership import from_json
             try:
                 rec = from_json(kube.core.read_namespaced_config_map(name_for(REF), OPERATOR_NS).data[RECORD_KEY])
                 owned = {o.path: o.value for o in rec.owned}
@@ -521,7 +521,7 @@ def main(argv: list[str] | None = None) -> int:
             want_policy["limits"]["adminCounter"] = admin_w.policy_value
             got_policy = policy_of(emulator, runner)
             if got_policy != want_policy:
-                from sunk_sandbox_operator.core.policy import diff
+                from sunk_sandbox_operator.core.policy.merge import diff
                 problems.append(f"policy differs from before the binding (+ the admin's edits): "
                                 f"{diff(want_policy, got_policy)}")
             if set(listed(kube)) != before_delete:

@@ -147,7 +147,7 @@ def ledger_entry(kube: Kube, ns: str):
 def record(kube: Kube, ns: str):
     """The policy ownership record (None when absent)."""
     from sunk_sandbox_operator.adapters.ownership import KEY as RECORD_KEY, name_for
-    from sunk_sandbox_operator.core.ownership import from_json
+    from sunk_sandbox_operator.core.policy.ownership import from_json
 
     try:
         cm = kube.core.read_namespaced_config_map(name_for(f"{ns}/{BINDING}"), OPERATOR_NS)

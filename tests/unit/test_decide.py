@@ -1,4 +1,4 @@
-"""The pure decide functions the controller calls: core.policy_decide, core.scope.plan (decide_list,
+"""The pure decide functions the controller calls: core.policy.decide, core.scope.plan (decide_list,
 restore_plan), core.scope.report (report, section), core.scope.template (decide_roll) and
 core.scope.grants (plan_grants, names)."""
 
@@ -12,7 +12,7 @@ from sunk_sandbox_operator.api.keys import BINDING_LABEL, BINDING_UID_LABEL, MAN
 from sunk_sandbox_operator.api.spec import LabelSelector, parse_spec
 from sunk_sandbox_operator.api.status import OwnedPath
 from sunk_sandbox_operator.core.scope import grants as g
-from sunk_sandbox_operator.core import policy_decide as pd
+from sunk_sandbox_operator.core.policy import decide as pd
 from sunk_sandbox_operator.core.scope import plan as sc
 from sunk_sandbox_operator.core.scope import report as sr
 from sunk_sandbox_operator.core.scope import list_loop
@@ -32,7 +32,7 @@ def spec(**overrides):
                        "sandboxNamespaces": {"names": ["ds-*"]}, **overrides})
 
 
-# ---------------------------------------------------------------- core.policy_decide
+# ---------------------------------------------------------------- core.policy.decide
 
 
 def test_decide_without_a_scheduler_name_reports_and_writes_nothing() -> None:

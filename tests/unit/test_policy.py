@@ -12,9 +12,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from sunk_sandbox_operator.api import OwnedPath, parse_spec
-from sunk_sandbox_operator.core.policy import Desired, desired_fields, diff, merge, restore
-from sunk_sandbox_operator.core.policy_checks import policy_warnings, validate_policy
-from sunk_sandbox_operator.core.policy_paths import (
+from sunk_sandbox_operator.core.policy.merge import Desired, desired_fields, diff, merge, restore
+from sunk_sandbox_operator.core.policy.checks import policy_warnings, validate_policy
+from sunk_sandbox_operator.core.policy.paths import (
     CREATED,
     GRACE_PATH,
     ROOT,

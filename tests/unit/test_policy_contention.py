@@ -1,6 +1,6 @@
-"""Another owner of the runner policy, decided in core: the tug-of-war (core.policy_contention through
-core.policy_decide), spec.policy.management Observe, and the fragment handed to that owner
-(core.policy_handoff). A Terraform-like owner is simulated as what it does to the document: at each
+"""Another owner of the runner policy, decided in core: the tug-of-war (core.policy.contention through
+core.policy.decide), spec.policy.management Observe, and the fragment handed to that owner
+(core.policy.handoff). A Terraform-like owner is simulated as what it does to the document: at each
 apply its whole policy comes back, with a fresh etag."""
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from hypothesis import strategies as st
 from sunk_sandbox_operator.api.events import EventReason
 from sunk_sandbox_operator.api.spec import parse_spec
 from sunk_sandbox_operator.api.status import OwnedPath, PolicyContention
-from sunk_sandbox_operator.core import policy as pol
-from sunk_sandbox_operator.core import policy_contention as pc
-from sunk_sandbox_operator.core import policy_decide as pd
-from sunk_sandbox_operator.core import policy_handoff as ho
+from sunk_sandbox_operator.core.policy import merge as pol
+from sunk_sandbox_operator.core.policy import contention as pc
+from sunk_sandbox_operator.core.policy import decide as pd
+from sunk_sandbox_operator.core.policy import handoff as ho
 
 PARTITION = 'base.metadata.annotations["sunk.coreweave.com/partition"]'
 # What the other owner (Terraform) wants: its whole policy, without the operator's keys.

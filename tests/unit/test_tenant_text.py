@@ -191,7 +191,7 @@ def _best(fn: Callable[[Any], object], small: Any, large: Any, reps: int) -> tup
 
 def _lift(monkeypatch: pytest.MonkeyPatch, bounds: dict[str, int]) -> None:
     for where, value in bounds.items():
-        module, name = where.split(".")
+        module, name = where.rsplit(".", 1)
         monkeypatch.setattr(importlib.import_module(f"sunk_sandbox_operator.core.{module}"), name, value)
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..api.keys import BINDING_LABEL, MANAGED_BY_LABEL
 from ..core.scope import grants
-from ..core.ownership import Record, from_json
+from ..core.policy.ownership import Record, from_json
 from . import kube as k
 
 KEY = "record.json"

@@ -6,7 +6,8 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-from ..core import policy_contention, resync, selectors
+from ..core import resync, selectors
+from ..core.policy import contention as policy_contention
 from ..core import scheduler_objects as so
 from ..core.operator_settings import Published
 from ..core.units import parse_go_duration

@@ -18,10 +18,10 @@ from ..api.reasons import ConditionType, PolicySynced
 from ..api.status import OwnedPath, PolicyContention
 from ..core.problems import Problem
 from ..core.redact import describe
-from ..core import policy as pol
-from ..core import policy_contention as contention
-from ..core import ownership as own
-from ..core import policy_decide as decide
+from ..core.policy import merge as pol
+from ..core.policy import contention
+from ..core.policy import ownership as own
+from ..core.policy import decide
 from ..core.compose import Part
 from . import credentials, retry, runner_proof
 from .context import Context
@@ -36,7 +36,7 @@ def _status_owned(state: BindingState) -> list[OwnedPath]:
 
 def _contention(state: BindingState) -> PolicyContention | None:
     """status.policy.contention as last reported: another writer removing our keys (kept in status
-    so a restart or a new leader does not restart the fight; core/policy_contention.py says why)."""
+    so a restart or a new leader does not restart the fight; core/policy/contention.py says why)."""
     raw = state.section("policy").get("contention")
     return PolicyContention.model_validate(raw) if isinstance(raw, dict) else None
 

@@ -16,7 +16,7 @@ from ..api.reasons import CONDITION_TYPES, Common, ConditionType, PolicySynced
 from ..core import conflicts, resync, scheduler, tenancy
 from ..core.budget import heaviest
 from ..core.compose import Part
-from ..core.policy_decide import TRANSIENT
+from ..core.policy.decide import TRANSIENT
 from ..core.redact import describe
 from . import depends, placement, policy, runner_proof, scope, slurm, slurm_poll
 from .budget import step, timed

@@ -18,7 +18,7 @@ from ..adapters.runnerapi import errors as rerr
 from ..api.reasons import Common, ConditionType, PolicySynced
 from ..api.status import RunnerStatus
 from ..core import conflicts
-from ..core import policy_decide as decide
+from ..core.policy import decide
 from ..core.compose import Part
 from ..core.problems import Problem
 from ..core.redact import describe

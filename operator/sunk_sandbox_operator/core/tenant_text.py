@@ -153,12 +153,12 @@ NOT_TENANT_TEXT: dict[str, str] = {
     "tenancy.TenancyPolicy.grant_bound": "the admin's --allow-grant globs",
     "redact.*": "exception text and log lines: cut to 4 KiB before the quote and control passes (elide_quoted, "
                 "clean); the secret pattern is an alternation of at most MAX_FRAGMENTS escaped literals",
-    "policy_contention._epoch": "the operator's own status.policy.contention times (fromisoformat, C, one pass)",
-    "policy_handoff.*": "the names of the binding's desired policy fields (the operator's keys, the CRD-bounded "
+    "policy.contention._epoch": "the operator's own status.policy.contention times (fromisoformat, C, one pass)",
+    "policy.handoff.*": "the names of the binding's desired policy fields (the operator's keys, the CRD-bounded "
                         "annotation keys): one-pass patterns without nested quantifiers",
-    "ownership.from_json": "the operator's own record ConfigMap, in its own namespace",
+    "policy.ownership.from_json": "the operator's own record ConfigMap, in its own namespace",
     "operator_settings.decode": "the settings the leader publishes in its own namespace (MAX_BYTES, read by the doctor)",
-    "policy_paths.*": "paths the operator formatted itself (format_path) into its record and status",
+    "policy.paths.*": "paths the operator formatted itself (format_path) into its record and status",
     "adapters/kube.Kube.read_secret_key": "a Secret value base64-decoded by C in one pass; used as a token, never parsed",
     "adapters/kubeconfig.*": "the admin's kubeconfig",
     "adapters/kubehttp.*": "the API server's JSON: orjson, C, one pass, nesting at most 1,024",

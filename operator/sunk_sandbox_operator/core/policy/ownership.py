@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..api.status import OwnedPath
+from ...api.status import OwnedPath
 
 State = Literal["pending", "applied"]
 

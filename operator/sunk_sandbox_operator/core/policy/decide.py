@@ -5,7 +5,7 @@ and the scheduler name, the memory of another writer removing our keys) and retu
 `PolicyDecision`: either a policy to write, or the condition to report without writing.
 `written` turns a successful write into its report. The controller only gathers, calls these,
 writes, and reports. Who may write the policy at all (`spec.policy.management`, another owner
-in a tug-of-war) is `core.policy_contention`'s.
+in a tug-of-war) is `core.policy.contention`'s.
 """
 
 from __future__ import annotations
@@ -13,17 +13,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..api.events import EventReason
-from ..api.reasons import PolicySynced
-from ..api.spec import BindingSpec
-from ..api.status import OwnedPath, PolicyContention, PolicyStatus
-from . import policy
-from . import policy_contention
-from . import policy_handoff as handoff
-from .conditions import Status
-from .policy_checks import validate_policy
-from .policy_paths import PolicyError
-from .redact import describe
+from ...api.events import EventReason
+from ...api.reasons import PolicySynced
+from ...api.spec import BindingSpec
+from ...api.status import OwnedPath, PolicyContention, PolicyStatus
+from . import merge as policy
+from . import contention as policy_contention
+from . import handoff
+from ..conditions import Status
+from .checks import validate_policy
+from .paths import PolicyError
+from ..redact import describe
 
 
 @dataclass(frozen=True)

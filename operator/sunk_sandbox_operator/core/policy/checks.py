@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from .policy_paths import (
+from .paths import (
     ANNOTATIONS_PATH, DENIED_PREFIX_PATHS, FORBIDDEN_BASE_SPEC, LABELS_PATH, NODE_SELECTOR_PATH,
     SCHEDULER_NAME_PATH, _MISSING, Path, PolicyError, _get, _json_type, _show, annotation_path, format_path,
 )

@@ -25,12 +25,12 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from ..api.spec import BindingSpec
-from ..api.status import OwnedPath, PolicyContention
-from . import policy_handoff as handoff
-from .policy import Desired
-from .policy_paths import _MISSING, PolicyError, _get, parse_path
-from .resync import format_seconds
+from ...api.spec import BindingSpec
+from ...api.status import OwnedPath, PolicyContention
+from . import handoff
+from .merge import Desired
+from .paths import _MISSING, PolicyError, _get, parse_path
+from ..resync import format_seconds
 
 DEFAULT_CORRECTIONS = 3
 DEFAULT_WINDOW_SECONDS = 24 * 3600.0

@@ -29,10 +29,10 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
-from ..api.spec import BindingSpec
-from ..api.status import OwnedPath
-from .policy_checks import policy_warnings, validate_policy  # noqa: F401  (part of this module's API)
-from .policy_paths import (
+from ...api.spec import BindingSpec
+from ...api.status import OwnedPath
+from .checks import policy_warnings, validate_policy  # noqa: F401  (part of this module's API)
+from .paths import (
     ANNOTATIONS_PATH, CREATED, FORBIDDEN_BASE_SPEC, ROOT, SCHEDULER_NAME_PATH, Path, PolicyError, _get,
     _json_type, _show, annotation_path, format_path, parse_path, strict_equal,
 )

@@ -19,8 +19,8 @@ import json
 import re
 from typing import Any
 
-from .policy import Desired
-from .policy_paths import _MISSING, PolicyError, _get, parse_path
+from .merge import Desired
+from .paths import _MISSING, PolicyError, _get, parse_path
 
 MAX_CHARS = 4096
 TERRAFORM_RESOURCE = "coreweave_sandbox_managed_runner"
