@@ -65,7 +65,7 @@ REFUSED_TOKEN = {"22.05": "HTTP 500: Unspecified error (error -1)",
 
 def test_slurm_starts_and_answers_its_newest_version(slurm) -> None:
     """The fixture's figure (printed at start too): the daemons, the node idle, REST answering."""
-    from sunk_sandbox_operator.core import slurm_versions
+    from sunk_sandbox_operator.core.slurm import versions as slurm_versions
 
     code, body = slurm.request("GET", f"/slurm/{slurm.api_version}/ping")
     assert code == 200 and slurm_versions.responding(body) is True
@@ -117,7 +117,7 @@ def test_placeholder_jobs_running_pending_and_missing(installed, operator, emula
     wait_for(lambda: jobs(installed, ns).get("matched") == 1, 20, lambda: f"jobs: {jobs(installed, ns)}")
     cond = installed.wait_condition(ns, "b", "PlacementVerified", "True", "Verified")
     assert "1 placeholder job(s) found ('{namespace}/{name}' ×1)" in cond["message"]
-    from sunk_sandbox_operator.core.slurm import job_state
+    from sunk_sandbox_operator.core.slurm.facts import job_state
     assert job_state(slurm.job(running)["job_state"]) in ("RUNNING", "PENDING")
 
     sandbox_pod(installed, sbx, "nojob")
@@ -204,7 +204,7 @@ def test_the_poller_request_rate_at_1000_jobs(installed, operator, emulator, slu
     requests to slurmrestd per second and per poller, as its metrics count them, beside the reference
     (two per poll interval — the job list and the partitions — whatever the pods and jobs). Earlier
     tests' bindings keep the pollers of the other releases' slurmrestd running: the metrics add them."""
-    from sunk_sandbox_operator.core import slurm as core
+    from sunk_sandbox_operator.core.slurm import facts as core
 
     ns = binding_ns
     jwt_secret(installed, ns, slurm.token())

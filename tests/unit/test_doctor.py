@@ -15,7 +15,7 @@ from sunk_sandbox_operator.core import doctor
 from sunk_sandbox_operator.core.doctor_facts import Access, Observation, Runner, SandboxPods, Scope
 from sunk_sandbox_operator.core.node_room import NodeRoom, Resources
 from sunk_sandbox_operator.core.scheduler import Discovery
-from sunk_sandbox_operator.core.slurm import SlurmObservation
+from sunk_sandbox_operator.core.slurm.facts import SlurmObservation
 
 GI = Decimal(2**30)
 MI = Decimal(2**20)

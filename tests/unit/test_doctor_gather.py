@@ -13,7 +13,7 @@ from sunk_sandbox_operator.adapters import doctor as gather
 from sunk_sandbox_operator.adapters import kube as k
 from sunk_sandbox_operator.api.spec import parse_spec
 from sunk_sandbox_operator.core import doctor
-from sunk_sandbox_operator.core.slurm_versions import KNOWN
+from sunk_sandbox_operator.core.slurm.versions import KNOWN
 from sunk_sandbox_operator.core.tenancy import TenancyPolicy
 
 from tests.unit.fake_slurm import NEWEST, RELEASES, FakeSlurm

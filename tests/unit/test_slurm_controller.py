@@ -354,7 +354,7 @@ async def test_a_token_expiring_within_the_hour_is_a_warning_once(harness, relea
     await reconcile.reconcile(h.ctx, state)
     await reconcile.reconcile(h.ctx, state)
     assert conditions(h)["SlurmReady"] == ("True", "PartitionUp")  # it still works: a warning, not a failure
-    from sunk_sandbox_operator.core.slurm import iso
+    from sunk_sandbox_operator.core.slurm.facts import iso
     warned = [m for k, r, m in h.events if r == "SlurmTokenExpiring"]
     assert len(warned) == 1 and [k for k, r, _ in h.events if r == "SlurmTokenExpiring"] == ["Warning"]
     assert f"Secret {NS}/slurm-jwt key token" in warned[0] and iso(now + 1800) in warned[0]

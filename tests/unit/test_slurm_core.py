@@ -1,6 +1,6 @@
-"""core/slurm.py: reading slurmrestd's answers (v0.0.38 and v0.0.40+ shapes), the persistence of
-pending reasons, the offline token check and SlurmReady; core/slurm_versions.py: the negotiation and
-the answers that differ by release; core/slurm_poll.py: the poller's decision. Pure: no HTTP, no
+"""core/slurm/facts.py: reading slurmrestd's answers (v0.0.38 and v0.0.40+ shapes), the persistence of
+pending reasons, the offline token check and SlurmReady; core/slurm/versions.py: the negotiation and
+the answers that differ by release; core/slurm/poll.py: the poller's decision. Pure: no HTTP, no
 clock but the one passed."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sunk_sandbox_operator.api.reasons import SlurmReady
-from sunk_sandbox_operator.core import slurm as s
-from sunk_sandbox_operator.core import slurm_poll as sp
-from sunk_sandbox_operator.core import slurm_versions as v
+from sunk_sandbox_operator.core.slurm import facts as s
+from sunk_sandbox_operator.core.slurm import poll as sp
+from sunk_sandbox_operator.core.slurm import versions as v
 
 
 def job(job_id: int, name: str, state="PENDING", reason="None", **extra) -> dict:
@@ -235,7 +235,7 @@ def test_update_time_refused_ping_and_release() -> None:
     assert v.release({"meta": {"slurm": {"release": "x" * 100}}}) is None and v.release({"meta": 1}) is None
 
 
-# ---------------------------------------------------------------- the poller's decision (core/slurm_poll.py)
+# ---------------------------------------------------------------- the poller's decision (core/slurm/poll.py)
 
 
 def subs(*outcomes: sp.TokenOutcome, partition: str | None = None, seen: str | None = None) -> list[sp.Subscriber]:

@@ -1,4 +1,4 @@
-"""core/slurm_jobs.py: sandbox pods matched to their placeholder jobs per binding, kept per event;
+"""core/slurm/jobs.py: sandbox pods matched to their placeholder jobs per binding, kept per event;
 and how the jobs weigh in PlacementVerified (core/placement.py)."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 from sunk_sandbox_operator.core.quantity import parse_quantity
 from sunk_sandbox_operator.api import keys
 from sunk_sandbox_operator.api.reasons import PlacementVerified
-from sunk_sandbox_operator.core import slurm as s
+from sunk_sandbox_operator.core.slurm import facts as s
 from sunk_sandbox_operator.core.placement import PlacementTracker, observe_pod, placement_condition
 from sunk_sandbox_operator.core.pods import decode_pod, parse_time
-from sunk_sandbox_operator.core.slurm_jobs import JobTracker, JobView, job_names, jobs_condition
+from sunk_sandbox_operator.core.slurm.jobs import JobTracker, JobView, job_names, jobs_condition
 
 SCHED = "slurm-scheduler"
 T0 = parse_time("2026-01-01T00:00:00Z")

@@ -155,7 +155,7 @@ async def test_negotiation_picks_the_newest_served_version_probing_down(release)
     newest_first = ["v0.0.45", "v0.0.44", "v0.0.43", "v0.0.42", "v0.0.41", "v0.0.40", "v0.0.38"]
     assert probes == [f"/slurm/{v}/ping" for v in newest_first[:newest_first.index(NEWEST[release]) + 1]]
     assert c.release == RELEASES[release].full  # meta.slurm.version as integers, or strings (26.05)
-    from sunk_sandbox_operator.core.slurm import partition_state
+    from sunk_sandbox_operator.core.slurm.facts import partition_state
     assert partition_state(part) == "UP"
     fake.log.clear()
     await c.partition("sandboxes", "k8sop", token)

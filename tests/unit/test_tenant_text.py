@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 
 from sunk_sandbox_operator.api.spec import SandboxNamespaces
-from sunk_sandbox_operator.core import (argv, pods, quantity, scheduler_conf, selectors, slurm,
-                                        tenancy, tenant_text, units, untrusted)
+from sunk_sandbox_operator.core import argv, pods, quantity, scheduler_conf, selectors, tenancy, tenant_text, units, untrusted
+from sunk_sandbox_operator.core.slurm import facts as slurm
 
 from sunk_sandbox_operator.core.scope import ledger, membership  # noqa: E402
 
@@ -123,11 +123,11 @@ SHAPES: dict[str, list[Shape]] = {
         ("a zlib bomb", ledger.decode,
          lambda n: "zlib:" + base64.b64encode(zlib.compress(b" " * n, 9)).decode(), 500_000, {}),
     ],
-    "slurm.token_problem": [
+    "slurm.facts.token_problem": [
         ("a long claim", lambda t: slurm.token_problem(t, "u", 0.0),
-         lambda n: "a." + _b64(json.dumps({"sun": "x" * n})) + ".b", 30_000, {"slurm.TOKEN_MAX": LIFTED}),
+         lambda n: "a." + _b64(json.dumps({"sun": "x" * n})) + ".b", 30_000, {"slurm.facts.TOKEN_MAX": LIFTED}),
         ("nested claims", lambda t: slurm.token_problem(t, "u", 0.0), lambda n: "a." + _b64("[" * n) + ".b",
-         20_000, {"slurm.TOKEN_MAX": LIFTED}),
+         20_000, {"slurm.facts.TOKEN_MAX": LIFTED}),
     ],
     "pods.parse_time": [
         ("digits", pods.parse_time, lambda n: "2" * n, 60_000, {"pods.MAX_TIME_CHARS": LIFTED}),

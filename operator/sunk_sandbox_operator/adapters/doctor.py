@@ -24,7 +24,8 @@ from ..api.spec import BindingSpec
 from ..core import doctor_facts as f
 from ..core import node_room as room
 from ..core.scope import membership as members
-from ..core import slurm, tenancy
+from ..core import tenancy
+from ..core.slurm import facts as slurm
 from ..core.scope import doc as scope_doc
 from ..core.pods import decode_pod
 from ..core.redact import describe

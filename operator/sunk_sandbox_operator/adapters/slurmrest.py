@@ -7,7 +7,7 @@ rotation is picked up); a value that cannot go into a header is refused before a
 the token appears in no message, log line or exception. Redirects are not followed (the token goes
 only to the allowed URL); bodies are read up to a bound.
 
-The OpenAPI version is the spec's, or negotiated (core/slurm_versions.py): `GET ping` from the
+The OpenAPI version is the spec's, or negotiated (core/slurm/versions.py): `GET ping` from the
 newest version the operator knows down, the first not answered 404 kept until a request of it is
 answered 404 (slurmrestd restarted with other versions: negotiated again, once per request).
 
@@ -38,8 +38,8 @@ from typing import Any, Awaitable, Callable
 import httpx
 
 from ..core.redact import describe
-from ..core import slurm_versions as versions
-from ..core.slurm import header_problem
+from ..core.slurm import versions
+from ..core.slurm.facts import header_problem
 
 TokenSource = Callable[[], Awaitable[str]]
 
@@ -110,7 +110,7 @@ def _describe(errors: list[dict]) -> str:
 
 
 def kind(error: SlurmError) -> str:
-    """The SlurmObservation error kind of a typed error (core/slurm.py ready_condition reads it)."""
+    """The SlurmObservation error kind of a typed error (core/slurm/facts.py ready_condition reads it)."""
     for cls, name in ((SlurmNotFound, "not_found"), (SlurmAuthFailed, "auth"), (SlurmUnreachable, "unreachable"),
                       (SlurmTokenUnusable, "token"), (SlurmVersionNotServed, "version")):
         if isinstance(error, cls):

@@ -15,7 +15,7 @@ from .base import _Model
 from .bounds import (DNS_SUBDOMAIN_PATTERN, JOB_NAME_TEMPLATE_MAX, JOB_NAME_TEMPLATE_PATTERN, JOB_NAME_TEMPLATES_MAX,
                      NAME_MAX, SLURM_USER_PATTERN, URL_MAX)
 
-# The OpenAPI (data_parser) versions the operator reads, newest first (core/slurm_versions.py).
+# The OpenAPI (data_parser) versions the operator reads, newest first (core/slurm/versions.py).
 SlurmAPIVersion = Literal["v0.0.45", "v0.0.44", "v0.0.43", "v0.0.42", "v0.0.41", "v0.0.40", "v0.0.38"]
 DEFAULT_JOB_NAME_TEMPLATES = ["{namespace}/{name}"]
 

@@ -17,7 +17,7 @@ from ..api.reasons import ConditionType
 from ..core import grace, placement
 from ..core.compose import Part
 from ..core.scheduler import Discovery
-from ..core.slurm_jobs import JobTracker, JobView
+from ..core.slurm.jobs import JobTracker, JobView
 from .context import Context
 from .state import BindingState, PodExpectations
 from .status_writer import request_flush

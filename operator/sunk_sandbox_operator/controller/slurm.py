@@ -1,4 +1,4 @@
-"""SlurmReady: gather (the token, one request with it) → decide (core/slurm.py) → report.
+"""SlurmReady: gather (the token, one request with it) → decide (core/slurm/facts.py) → report.
 
 Each binding checks Slurm with its *own* token, at each reconcile: the partition it pins (GET
 /partition/NAME) or, with none pinned, a ping. That request is also what admits the binding to the
@@ -20,12 +20,12 @@ from ..api.events import EventReason
 from ..api.reasons import ConditionType, SlurmReady
 from ..api.status import SlurmStatus
 from ..api.spec import BindingSpec
-from ..core import slurm
+from ..core.slurm import facts as slurm
 from ..core.compose import Part
 from ..core.pods import parse_time
 from ..core.problems import Problem
 from ..core.redact import describe
-from ..core.slurm_poll import TokenOutcome
+from ..core.slurm.poll import TokenOutcome
 from . import credentials
 from .context import Context
 from .state import BindingState

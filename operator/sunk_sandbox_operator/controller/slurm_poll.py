@@ -25,10 +25,10 @@ from dataclasses import replace
 from typing import Any, Callable, cast
 
 from ..adapters import slurmrest as sr
-from ..core import slurm as core
-from ..core import slurm_poll as sp
-from ..core.slurm_jobs import JobView
-from ..core.slurm_poll import Met, Round, Subscriber, TokenOutcome
+from ..core.slurm import facts as core
+from ..core.slurm import poll as sp
+from ..core.slurm.jobs import JobView
+from ..core.slurm.poll import Met, Round, Subscriber, TokenOutcome
 from . import placement
 from ..core.problems import Problem
 from .retry import Backoff

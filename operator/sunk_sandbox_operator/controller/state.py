@@ -20,8 +20,8 @@ from ..api.spec import BindingSpec, SandboxNamespaces, parse_spec
 from ..core.budget import Input
 from ..core.compose import Part
 from ..core.placement import PlacementTracker
-from ..core.slurm_jobs import JobTracker
-from ..core.slurm_poll import TokenOutcome
+from ..core.slurm.jobs import JobTracker
+from ..core.slurm.poll import TokenOutcome
 from ..core.scheduler import Discovery
 from ..core.scope.membership import Matcher, compile_matcher
 from ..core.scope.grant_loop import GrantState

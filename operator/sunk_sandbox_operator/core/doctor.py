@@ -24,7 +24,7 @@ from .policy.paths import PolicyError
 from .redact import describe
 from .scheduler import UPGRADE_ORDER, Discovery
 from .scope.plan import missing_summary, names
-from .slurm import expiring, iso, ready_condition
+from .slurm.facts import expiring, iso, ready_condition
 
 def _passed(id_: str, name: str, detail: str) -> Result:
     return Result(id_, name, True, detail)

@@ -13,7 +13,7 @@ from typing import Any
 from . import grace as gr
 from .node_room import NodeRoom, Resources
 from .scheduler import Discovery
-from .slurm import SlurmObservation
+from .slurm.facts import SlurmObservation
 
 @dataclass(frozen=True)
 class Result:

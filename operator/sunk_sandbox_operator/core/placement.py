@@ -28,7 +28,7 @@ from .pods import (  # noqa: F401  (pod decoding and hazard names are part of th
 from .pods import PodRecord as PodRecord, decode_pod as decode_pod, parse_time as parse_time  # the shell's too
 from ..api.reasons import PlacementVerified
 from ..api.status import Mismatch, PlacementStatus
-from .slurm_jobs import JobSummary, jobs_condition, jobs_note
+from .slurm.jobs import JobSummary, jobs_condition, jobs_note
 
 # ---------------------------------------------------------------- one pod
 

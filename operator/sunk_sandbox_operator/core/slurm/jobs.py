@@ -16,11 +16,11 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from ..api.reasons import PlacementVerified
-from ..api.status import PlacementJobs, StuckJob
-from .conditions import Status
-from .pods import PodRecord
-from .slurm import JobFact, iso
+from ...api.reasons import PlacementVerified
+from ...api.status import PlacementJobs, StuckJob
+from ..conditions import Status
+from ..pods import PodRecord
+from .facts import JobFact, iso
 
 MISSING_PODS_SHOWN = 5
 

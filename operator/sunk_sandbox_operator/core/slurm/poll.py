@@ -24,7 +24,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
-from .slurm import Job, JobFact, Pending, advance, changed
+from .facts import Job, JobFact, Pending, advance, changed
 
 FULL_READ_POLLS = 30       # every 30th poll reads without update_time (5 min at the default 10 s)
 SKEW_MARGIN = 30           # seconds update_time lags when slurmctld's clock is not known

@@ -1,7 +1,7 @@
 """Slurm's side of placement, pure: slurmrestd answers → facts → SlurmReady and the job facts.
 
 Decisions as functions of recorded facts (no I/O, no clock but the times passed in); the per-binding
-matching of pods to placeholder jobs is `slurm_jobs.py`:
+matching of pods to placeholder jobs is `jobs.py`:
 
 - `ready_condition`: SlurmReady from one observation of the binding's own request (the partition,
   or a ping when none is pinned) or the error it met; `token_problem` finds what can be told about a
@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from ..api.reasons import SlurmReady
-from .conditions import Status
-from .tenant_text import load_json, printable
+from ...api.reasons import SlurmReady
+from ..conditions import Status
+from ..tenant_text import load_json, printable
 
 # Job states after which a job is history (sorted after live ones of the same name).
 FINISHED = frozenset({"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
