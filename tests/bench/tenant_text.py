@@ -19,7 +19,8 @@ import time
 from typing import Any, Callable
 
 from sunk_sandbox_operator.api import parse_spec
-from sunk_sandbox_operator.core import scheduler, scheduler_conf
+from sunk_sandbox_operator.core.scheduler import discovery as scheduler
+from sunk_sandbox_operator.core.scheduler import conf as scheduler_conf
 
 SPEC = parse_spec({"runner": {"id": "r", "tokenSecretRef": {"name": "s"}}, "sandboxNamespaces": {"names": ["ds-*"]}})
 

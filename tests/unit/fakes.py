@@ -32,7 +32,7 @@ from sunk_sandbox_operator.controller.config import Config
 from sunk_sandbox_operator.controller import placement
 from sunk_sandbox_operator.controller.context import Context
 from sunk_sandbox_operator.controller.state import BindingState
-from sunk_sandbox_operator.core.scheduler import Discovery
+from sunk_sandbox_operator.core.scheduler.discovery import Discovery
 
 SETTLE_STEPS = 50
 

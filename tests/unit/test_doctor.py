@@ -14,7 +14,7 @@ import pytest
 from sunk_sandbox_operator.core import doctor
 from sunk_sandbox_operator.core.doctor_facts import Access, Observation, Runner, SandboxPods, Scope
 from sunk_sandbox_operator.core.node_room import NodeRoom, Resources
-from sunk_sandbox_operator.core.scheduler import Discovery
+from sunk_sandbox_operator.core.scheduler.discovery import Discovery
 from sunk_sandbox_operator.core.slurm.facts import SlurmObservation
 
 GI = Decimal(2**30)

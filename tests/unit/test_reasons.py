@@ -86,7 +86,7 @@ def test_condition_types_are_named_by_the_enum_outside_api() -> None:
     """Outside api/ a condition type is `ConditionType.X` (mypy holds `Part.condition` and
     `set_condition` to it), never its spelling as a string: a typo there would be a condition no
     table, order or Ready input knows. "Ready" is left out: it is also a Pod's condition
-    (core/scheduler.py reads the scheduler pods') and a reason."""
+    (core/scheduler/discovery.py reads the scheduler pods') and a reason."""
     import ast
 
     ours = {t.value for t in reasons.ConditionType} - {"Ready"}

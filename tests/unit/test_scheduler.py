@@ -12,14 +12,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sunk_sandbox_operator.api import BindingSpec, SchedulerStatus, parse_spec
-from sunk_sandbox_operator.core.scheduler_conf import (
+from sunk_sandbox_operator.core.scheduler.conf import (
     parse_go_duration,
     parse_scheduler_args,
     parse_scheduler_conf,
     parse_slurm_kill_wait,
     slurm_kill_wait,
 )
-from sunk_sandbox_operator.core.scheduler import (
+from sunk_sandbox_operator.core.scheduler.discovery import (
     Discovery,
     discover,
     scheduler_condition,

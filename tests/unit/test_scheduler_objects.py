@@ -13,7 +13,7 @@ from sunk_sandbox_operator.adapters import scheduler as sched
 from sunk_sandbox_operator.api.spec import LabelSelector
 from sunk_sandbox_operator.controller import depends, reconcile
 from sunk_sandbox_operator.controller.depends import Watched
-from sunk_sandbox_operator.core import scheduler_objects as so
+from sunk_sandbox_operator.core.scheduler import objects as so
 
 from tests.unit.fakes import harness_fixture, settle  # noqa: F401
 from tests.unit.test_kube import Recorder
@@ -53,7 +53,7 @@ def test_an_object_over_the_cap_is_skipped_and_named() -> None:
 
 
 def test_a_pod_keeps_what_discovery_reads_and_discovers_the_same() -> None:
-    from sunk_sandbox_operator.core.scheduler_conf import parse_scheduler_args
+    from sunk_sandbox_operator.core.scheduler.conf import parse_scheduler_args
 
     for fixture in ("sunk8_pod.json", "sunk7_pod.json"):
         path = FIXTURES / fixture

@@ -12,7 +12,7 @@ from typing import Any
 from sunk_sandbox_operator.api import parse_spec
 from sunk_sandbox_operator.core import doctor
 from sunk_sandbox_operator.core.scope import doc as scope_doc
-from sunk_sandbox_operator.core.scheduler import discover, scheduler_condition, to_status
+from sunk_sandbox_operator.core.scheduler.discovery import discover, scheduler_condition, to_status
 
 NS = "tenant-slurm"
 SPEC = parse_spec({"runner": {"id": "r", "tokenSecretRef": {"name": "s"}}, "sandboxNamespaces": {"names": ["ds-*"]}})

@@ -22,12 +22,14 @@ from typing import Any
 import pytest
 
 from sunk_sandbox_operator.api.spec import SandboxNamespaces
-from sunk_sandbox_operator.core import argv, pods, quantity, scheduler_conf, selectors, tenancy, tenant_text, units, untrusted
+from sunk_sandbox_operator.core import pods, quantity, selectors, tenancy, tenant_text, units, untrusted
+from sunk_sandbox_operator.core.scheduler import argv
+from sunk_sandbox_operator.core.scheduler import conf as scheduler_conf
 from sunk_sandbox_operator.core.slurm import facts as slurm
 
 from sunk_sandbox_operator.core.scope import ledger, membership  # noqa: E402
 
-PACKAGE = Path(scheduler_conf.__file__).resolve().parents[1]
+PACKAGE = Path(tenant_text.__file__).resolve().parents[1]
 
 Shape = tuple[str, Callable[[Any], object], Callable[[int], Any], int, dict[str, int]]
 
@@ -53,18 +55,18 @@ _quantity = quantity._parse.__wrapped__
 
 # name in the registry -> (shape, function, input of size n, n, bounds lifted {module.CONSTANT: value})
 SHAPES: dict[str, list[Shape]] = {
-    "scheduler_conf.slurm_kill_wait": [
+    "scheduler.conf.slurm_kill_wait": [
         ("a run of spaces without = on a KillWait line", _slurm_conf, lambda n: "KillWait" + " " * n + "x", 60_000,
-         {"scheduler_conf.MAX_SLURM_CONF_LINE": LIFTED, "scheduler_conf.MAX_SLURM_CONF_CHARS": LIFTED}),
+         {"scheduler.conf.MAX_SLURM_CONF_LINE": LIFTED, "scheduler.conf.MAX_SLURM_CONF_CHARS": LIFTED}),
         ("the same past the bound (refused)", scheduler_conf.slurm_kill_wait,
          lambda n: "KillWait" + " " * n + "x", 70_000, {}),
         ("KillWait = 60 on many lines", _slurm_conf, lambda n: "KillWait = 60\n" * n, 3_000, {}),
         ("runs of ' = '", _slurm_conf, lambda n: "KillWait" + " = " * n, 20_000,
-         {"scheduler_conf.MAX_SLURM_CONF_LINE": LIFTED, "scheduler_conf.MAX_SLURM_CONF_CHARS": LIFTED}),
+         {"scheduler.conf.MAX_SLURM_CONF_LINE": LIFTED, "scheduler.conf.MAX_SLURM_CONF_CHARS": LIFTED}),
         ("digits and a bad unit as the value", _slurm_conf, lambda n: "KillWait=" + "1" * n + "x", 60_000,
-         {"scheduler_conf.MAX_SLURM_CONF_LINE": LIFTED, "scheduler_conf.MAX_SLURM_CONF_CHARS": LIFTED}),
+         {"scheduler.conf.MAX_SLURM_CONF_LINE": LIFTED, "scheduler.conf.MAX_SLURM_CONF_CHARS": LIFTED}),
     ],
-    "scheduler_conf.parse_scheduler_args": [
+    "scheduler.conf.parse_scheduler_args": [
         ("$(X) repeated, X of 20,000", scheduler_conf.parse_scheduler_args,
          lambda n: _pod(["--verbose=" + "$(X)" * n], [{"name": "X", "value": "A" * 20_000}]), 2_500, {}),
         ("--slurm-kill-wait= digits x", scheduler_conf.parse_scheduler_args,
@@ -74,7 +76,7 @@ SHAPES: dict[str, list[Shape]] = {
         ("an sh -c script", scheduler_conf.parse_scheduler_args,
          lambda n: _pod(["sh", "-c", "exec sched " + "--x='y z' " * n]), 2_000, {}),
     ],
-    "scheduler_conf.parse_scheduler_conf": [
+    "scheduler.conf.parse_scheduler_conf": [
         ("a long scheduler.name", _scheduler_conf, lambda n: _conf(f"  name: {'a' * n}\n"), 50_000, {}),
         ("a long kill-wait string", _scheduler_conf, lambda n: _conf(f"  killWait: '{'1' * n}x'\n"), 50_000, {}),
         ("many namespaces", _scheduler_conf,
@@ -88,7 +90,7 @@ SHAPES: dict[str, list[Shape]] = {
         ("many parts", units.parse_go_duration, lambda n: "1m" * n, 5_000, {"units.MAX_DURATION_CHARS": LIFTED}),
         ("at the bound (refused)", units.parse_go_duration, lambda n: "1" * n + "x", 50_000, {}),
     ],
-    "argv.expand": [
+    "scheduler.argv.expand": [
         ("$(X) repeated", lambda t: argv.expand(t, {"X": "ab"}, LIFTED), lambda n: "$(X)" * n, 10_000, {}),
         ("$( repeated, never closed", lambda t: argv.expand(t, {}, LIFTED), lambda n: "$(" * n, 10_000, {}),
         ("$(X repeated, one ) at the end", lambda t: argv.expand(t, {}, LIFTED), lambda n: "$(X" * n + ")",
@@ -97,7 +99,7 @@ SHAPES: dict[str, list[Shape]] = {
         ("$(X) with a huge X, budgeted", lambda t: argv.expand(t, {"X": "A" * 20_000}, argv.MAX_ARG_CHARS),
          lambda n: "$(X)" * n, 10_000, {}),
     ],
-    "argv.shell_words": [
+    "scheduler.argv.shell_words": [
         ("plain words", argv.shell_words, lambda n: "ab " * n, 20_000, {}),
         ("quoted words", argv.shell_words, lambda n: "'a b' \"c\\\"d\" e\\ f " * n, 1_000, {}),
         ("an unclosed quote", argv.shell_words, lambda n: "'" + "a " * n, 20_000, {}),
@@ -272,7 +274,7 @@ def parse_sites() -> set[str]:
 
 def test_every_parse_of_text_is_registered_or_says_why_it_needs_no_bound() -> None:
     sites = parse_sites()
-    assert "scheduler_conf._SPACE" in sites and "scope.ledger.decode" in sites  # the scan sees what it should
+    assert "scheduler.conf._SPACE" in sites and "scope.ledger.decode" in sites  # the scan sees what it should
     covered = {p.function: p.sites for p in tenant_text.PARSERS}
     patterns = [f for f, extra in covered.items() for f in (f, *extra)] + list(tenant_text.NOT_TENANT_TEXT)
     unexplained = sorted(s for s in sites if not any(fnmatch.fnmatchcase(s, p) for p in patterns))

@@ -17,7 +17,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sunk_sandbox_operator.core import argv, scheduler_conf, selectors, tenancy, units
+from sunk_sandbox_operator.core import selectors, tenancy, units
+from sunk_sandbox_operator.core.scheduler import argv
+from sunk_sandbox_operator.core.scheduler import conf as scheduler_conf
 from sunk_sandbox_operator.core.tenant_text import printable
 
 # ---------------------------------------------------------------- the old implementations

@@ -22,8 +22,8 @@ from sunk_sandbox_operator.core.scope import app_values as av
 from sunk_sandbox_operator.core.scope import ledger as lg
 from sunk_sandbox_operator.core import untrusted
 from sunk_sandbox_operator.core.scope import doc as scope_doc
-from sunk_sandbox_operator.core.scheduler import discover, scheduler_condition
-from sunk_sandbox_operator.core.scheduler_conf import parse_scheduler_conf
+from sunk_sandbox_operator.core.scheduler.discovery import discover, scheduler_condition
+from sunk_sandbox_operator.core.scheduler.conf import parse_scheduler_conf
 
 from tests.unit.fakes import FakeKube, binding_body, discovery, harness_fixture, namespace  # noqa: F401 (fixture)
 from tests.unit.test_untrusted import BOMB, scans  # noqa: F401 (fixture)

@@ -29,8 +29,8 @@ from ..core.slurm import facts as slurm
 from ..core.scope import doc as scope_doc
 from ..core.pods import decode_pod
 from ..core.redact import describe
-from ..core import scheduler_objects as so
-from ..core.scheduler import Discovery, discover, scheduler_conf_location
+from ..core.scheduler import objects as so
+from ..core.scheduler.discovery import Discovery, discover, scheduler_conf_location
 from . import grants, kube as k
 from .scheduler import read as scheduler_read
 from .bounded import gather_bounded

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from ..api.keys import SCOPE_GENERATION_ANNOTATION, SCOPE_HASH_ANNOTATION, SCOPE_ROLLED_AT_ANNOTATION
 from ..api.reasons import grant_targets
 from ..api.spec import LabelSelector
-from ..core import scheduler_objects as so
+from ..core.scheduler import objects as so
 from ..core import selectors
 from ..core.redact import describe
 from . import kube as k
@@ -16,7 +16,7 @@ from . import kube as k
 @dataclass
 class SchedulerObjects:
     """What discovery reads in the scheduler namespace: each object reduced to what discovery reads
-    (core/scheduler_objects.py), those over the size cap named in `skipped`."""
+    (core/scheduler/objects.py), those over the size cap named in `skipped`."""
 
     namespace: str
     selector: str                       # the pod selector as a string ("" when not expressible)

@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 from ..core import resync, selectors
 from ..core.policy import contention as policy_contention
-from ..core import scheduler_objects as so
+from ..core.scheduler import objects as so
 from ..core.operator_settings import Published
 from ..core.units import parse_go_duration
 from ..core.tenancy import DEFAULT_API_URLS, DEFAULT_GRANT_ROLES, TenancyPolicy, check_allowed_urls, parse_reach

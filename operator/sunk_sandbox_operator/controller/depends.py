@@ -8,7 +8,7 @@ controller-runtime's `Watches` + map function is the model. Each binding depends
 One LIST + WATCH per (kind, namespace[, selector]) that some binding needs, filtered server-side,
 so 10,000 ConfigMaps elsewhere in the cluster cost nothing; started and stopped as bindings come,
 go and move. Applications and HelmReleases are watched as metadata only; ConfigMaps and Pods in
-full, each reduced as it arrives to what discovery reads (`Digest`, core/scheduler_objects.py:
+full, each reduced as it arrives to what discovery reads (`Digest`, core/scheduler/objects.py:
 bounded per object and per namespace), so a reconcile reads the scheduler's objects from memory
 instead of listing the namespace (a tenant's 10,000 ConfigMaps cost one LIST when the watch starts,
 then one event per change). An event wakes the bindings it concerns (a full reconcile, coalesced
@@ -30,7 +30,7 @@ from ..adapters import scheduler as sched
 from ..adapters.informer import Informer, Resource
 from ..api.keys import SCHEDULER_CONFIGMAP_LABEL
 from ..api.spec import LabelSelector
-from ..core import scheduler_objects as so
+from ..core.scheduler import objects as so
 from ..core import selectors
 from ..core.scope.target_ref import TargetRef, locate
 from .state import BindingState
@@ -76,7 +76,7 @@ class Watched:
 
 
 class Digest:
-    """What a ConfigMap or Pod watch keeps of each object discovery reads, by name: core/scheduler_objects.py's
+    """What a ConfigMap or Pod watch keeps of each object discovery reads, by name: core/scheduler/objects.py's
     reduction (or Skipped, when what discovery reads of it is over the cap); the others are not kept."""
 
     def __init__(self, kind: str, cap: int) -> None:

@@ -16,7 +16,7 @@ from ..api.keys import PARTITION_ANNOTATION
 from ..api.reasons import ConditionType
 from ..core import grace, placement
 from ..core.compose import Part
-from ..core.scheduler import Discovery
+from ..core.scheduler.discovery import Discovery
 from ..core.slurm.jobs import JobTracker, JobView
 from .context import Context
 from .state import BindingState, PodExpectations

@@ -13,7 +13,8 @@ from ..api.events import EventReason
 from ..adapters import kube as k
 from ..adapters import scheduler as sched
 from ..api.reasons import CONDITION_TYPES, Common, ConditionType, PolicySynced
-from ..core import conflicts, resync, scheduler, tenancy
+from ..core import conflicts, resync, tenancy
+from ..core.scheduler import discovery as scheduler
 from ..core.budget import heaviest
 from ..core.compose import Part
 from ..core.policy.decide import TRANSIENT

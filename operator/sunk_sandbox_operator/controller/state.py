@@ -22,7 +22,7 @@ from ..core.compose import Part
 from ..core.placement import PlacementTracker
 from ..core.slurm.jobs import JobTracker
 from ..core.slurm.poll import TokenOutcome
-from ..core.scheduler import Discovery
+from ..core.scheduler.discovery import Discovery
 from ..core.scope.membership import Matcher, compile_matcher
 from ..core.scope.grant_loop import GrantState
 from ..core.scope.list_loop import ListState

@@ -5,7 +5,7 @@ The shell (adapters/doctor.py) reads the cluster, the runner API and Slurm into 
 fix) — cert-manager's `policies.Chain` is the model, except that every check runs (the admin wants
 the whole list, not the first failure). `ok` is None when a check does not apply or cannot run
 because an earlier one failed (it then says which). The decisions are the operator's own:
-discovery (core/scheduler.py), the grace rule (core/grace.py), the scope list (core/scope/membership.py,
+discovery (core/scheduler/discovery.py), the grace rule (core/grace.py), the scope list (core/scope/membership.py,
 core/scope/doc.py), the policy rules (core/policy/checks.py); the fixes name the Helm value, and
 the binding field or the doctor flag that was read. `READS` says what each check reads (the
 README table is kept equal to it by a unit test).
@@ -22,7 +22,7 @@ from .node_room import NodeRoom
 from .policy.checks import policy_warnings, validate_policy
 from .policy.paths import PolicyError
 from .redact import describe
-from .scheduler import UPGRADE_ORDER, Discovery
+from .scheduler.discovery import UPGRADE_ORDER, Discovery
 from .scope.plan import missing_summary, names
 from .slurm.facts import expiring, iso, ready_condition
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from . import grace as gr
 from .node_room import NodeRoom, Resources
-from .scheduler import Discovery
+from .scheduler.discovery import Discovery
 from .slurm.facts import SlurmObservation
 
 @dataclass(frozen=True)

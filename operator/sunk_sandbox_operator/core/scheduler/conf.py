@@ -25,10 +25,11 @@ from typing import Any
 
 import yaml
 
-from . import argv, untrusted
-from .redact import describe
-from .tenant_text import Refused, dns_subdomain_problem, printable, shown
-from .units import MAX_DURATION_CHARS, parse_go_duration
+from .. import untrusted
+from . import argv
+from ..redact import describe
+from ..tenant_text import Refused, dns_subdomain_problem, printable, shown
+from ..units import MAX_DURATION_CHARS, parse_go_duration
 
 SCHEDULER_CONTAINER = "scheduler"
 SCHEDULER_CONF_KEY = "scheduler.conf"

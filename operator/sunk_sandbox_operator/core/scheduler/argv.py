@@ -24,7 +24,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from .untrusted import Refused
+from ..untrusted import Refused
 
 MAX_ARG_CHARS = 128 * 1024
 MAX_CONTAINER_CHARS = 256 * 1024

@@ -3,7 +3,7 @@
 `discover` runs over what the API server returned for the scheduler namespace and picks the
 sources in order (spec, `scheduler.conf`, container args; kill-wait from Slurm's KillWait in a
 slurm.conf ConfigMap first — SUNK 8.2 dropped `--slurm-kill-wait` and reads it there — unless an
-older scheduler's own, from args or scheduler.conf, is lower; then the spec); the parsers are in `scheduler_conf`. `scheduler_condition` is SchedulerReady
+older scheduler's own, from args or scheduler.conf, is lower; then the spec); the parsers are in `conf.py`. `scheduler_condition` is SchedulerReady
 with what to do (a scheduler in CrashLoopBackOff: SUNK's upgrade-order hazard named).
 """
 
@@ -15,18 +15,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-from ..api.keys import SCHEDULER_CONFIGMAP_LABEL
-from ..api.reasons import SchedulerReady
-from ..api.spec import DEFAULT_SCOPE_PATH, BindingSpec
-from ..api.status import SchedulerStatus
-from .conditions import Status
-from .scheduler_conf import (
+from ...api.keys import SCHEDULER_CONFIGMAP_LABEL
+from ...api.reasons import SchedulerReady
+from ...api.spec import DEFAULT_SCOPE_PATH, BindingSpec
+from ...api.status import SchedulerStatus
+from ..conditions import Status
+from .conf import (
     SCHEDULER_CONF_KEY, SCHEDULER_CONTAINER, SLURM_CONF_SUFFIX, SLURM_DEFAULT_KILL_WAIT,
     SchedulerArgs, SchedulerConf, parse_scheduler_args, parse_scheduler_conf, slurm_conf,
 )
-from .selectors import to_label_selector_string
-from .scope.target_ref import CONFIGMAP, locate
-from .tenant_text import Refused
+from ..selectors import to_label_selector_string
+from ..scope.target_ref import CONFIGMAP, locate
+from ..tenant_text import Refused
 
 # ---------------------------------------------------------------- discovery
 

@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..api.keys import SCHEDULER_CONFIGMAP_LABEL
-from .scheduler_conf import SCHEDULER_CONF_KEY, SCHEDULER_CONTAINER, SLURM_CONF_SUFFIX
+from ...api.keys import SCHEDULER_CONFIGMAP_LABEL
+from .conf import SCHEDULER_CONF_KEY, SCHEDULER_CONTAINER, SLURM_CONF_SUFFIX
 
 DEFAULT_MAX_OBJECT_BYTES = 256 * 1024   # what discovery keeps of one object (SSB_MAX_OBJECT_BYTES)
 NAMESPACE_BUDGET_OBJECTS = 16           # ... and of one namespace: this many objects at the cap
