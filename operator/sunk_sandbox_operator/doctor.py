@@ -10,7 +10,7 @@ written by the leader at the start of its term: adapters/settings.py), else the 
 second line says which. Without a binding, the prerequisites, from flags.
 Credentials: KUBECONFIG (or in-cluster), as the operator loads them. Reads only. One line per
 check (✓, ✗ with the fix, - not applicable); exit 1 when a check fails, 2 on bad usage. The parts:
-adapters/doctor.py gathers, core/doctor.py checks, this module parses flags and prints.
+adapters/doctor.py gathers, core/doctor/checks.py checks, this module parses flags and prints.
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def _selector(text: str, parser: argparse.ArgumentParser, flag: str) -> dict[str
 
 def _requests(text: str, parser: argparse.ArgumentParser) -> Any:
     from .core.quantity import parse_quantity
-    from .core.node_room import Resources
+    from .core.doctor.node_room import Resources
 
     values: dict[str, Any] = {}
     for part in filter(None, (x.strip() for x in text.split(","))):
@@ -262,7 +262,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
             parser.error(f"{', '.join(given)}: a binding's checks take everything from its spec")
     from .adapters.kube import KubeError
     from .adapters.kubeconfig import ConfigError
-    from .core import doctor
+    from .core.doctor import checks as doctor
     from .core.redact import describe
 
     from .core.redact import describe

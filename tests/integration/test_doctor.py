@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from sunk_sandbox_operator.core import doctor
+from sunk_sandbox_operator.core.doctor import checks as doctor
 
 from tests.conftest import OPERATOR_NS, SECRET_VALUES, wait_for
 from tests.integration.conftest import (ADMIN_TOKEN, READONLY_TOKEN, calls, create_token_secret, grant_operator,

@@ -1,4 +1,4 @@
-"""core/doctor.py: each check over a healthy observation and over one broken in its own way (pure:
+"""core/doctor/checks.py: each check over a healthy observation and over one broken in its own way (pure:
 no cluster, no network). The README's table of what each check reads is READS."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from typing import Any, Callable
 
 import pytest
 
-from sunk_sandbox_operator.core import doctor
-from sunk_sandbox_operator.core.doctor_facts import Access, Observation, Runner, SandboxPods, Scope
-from sunk_sandbox_operator.core.node_room import NodeRoom, Resources
+from sunk_sandbox_operator.core.doctor import checks as doctor
+from sunk_sandbox_operator.core.doctor.facts import Access, Observation, Runner, SandboxPods, Scope
+from sunk_sandbox_operator.core.doctor.node_room import NodeRoom, Resources
 from sunk_sandbox_operator.core.scheduler.discovery import Discovery
 from sunk_sandbox_operator.core.slurm.facts import SlurmObservation
 

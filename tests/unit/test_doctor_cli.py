@@ -67,7 +67,7 @@ def test_the_kubectl_plugin_runs_the_doctor_and_says_how_otherwise(capsys) -> No
 
 
 def test_a_line_is_its_mark_its_detail_and_a_failure_its_fix() -> None:
-    from sunk_sandbox_operator.core.doctor_facts import Result
+    from sunk_sandbox_operator.core.doctor.facts import Result
 
     assert doctor._line(Result("x", "scope", True, "fine")) == "✓ scope: fine"
     assert doctor._line(Result("x", "scope", False, "missing ds-a", "list it")) == "✗ scope: missing ds-a — fix: list it"

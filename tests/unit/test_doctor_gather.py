@@ -1,5 +1,5 @@
 """adapters/doctor.py over the in-memory Kubernetes (FakeKube) and a fake runner: what it reads
-becomes the observation core/doctor.py checks; it writes nothing, and the token goes only where
+becomes the observation core/doctor/checks.py checks; it writes nothing, and the token goes only where
 the operator's settings allow."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from sunk_sandbox_operator.adapters import doctor as gather
 from sunk_sandbox_operator.adapters import kube as k
 from sunk_sandbox_operator.api.spec import parse_spec
-from sunk_sandbox_operator.core import doctor
+from sunk_sandbox_operator.core.doctor import checks as doctor
 from sunk_sandbox_operator.core.slurm.versions import KNOWN
 from sunk_sandbox_operator.core.tenancy import TenancyPolicy
 

@@ -1,11 +1,11 @@
-"""core/node_room.py: requests counted as the kube-scheduler counts them, and the room they leave."""
+"""core/doctor/node_room.py: requests counted as the kube-scheduler counts them, and the room they leave."""
 
 from __future__ import annotations
 
 from decimal import Decimal
 
 from sunk_sandbox_operator.core.quantity import parse_quantity
-from sunk_sandbox_operator.core import node_room as room
+from sunk_sandbox_operator.core.doctor import node_room as room
 
 GI = Decimal(2**30)
 

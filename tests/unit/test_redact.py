@@ -26,7 +26,7 @@ from sunk_sandbox_operator.adapters.kubeconfig import ConfigError, load
 from sunk_sandbox_operator.adapters.runnerapi import client as rc
 from sunk_sandbox_operator.controller import reconcile
 from sunk_sandbox_operator.controller.slurm_poll import Pollers
-from sunk_sandbox_operator.core import doctor
+from sunk_sandbox_operator.core.doctor import checks as doctor
 from sunk_sandbox_operator.core.redact import REDACTED, Redactor, clean, describe, elide_quoted, fragments
 from sunk_sandbox_operator.core.tenancy import TenancyPolicy
 from sunk_sandbox_operator.doctor import _line

@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 from sunk_sandbox_operator.api import parse_spec
-from sunk_sandbox_operator.core import doctor
+from sunk_sandbox_operator.core.doctor import checks as doctor
 from sunk_sandbox_operator.core.scope import doc as scope_doc
 from sunk_sandbox_operator.core.scheduler.discovery import discover, scheduler_condition, to_status
 

@@ -1,4 +1,4 @@
-"""`doctor`'s reads: the cluster, the runner API and Slurm, into one core.doctor Observation.
+"""`doctor`'s reads: the cluster, the runner API and Slurm, into one core.doctor.facts Observation.
 
 Reads only. The Kube it is handed has its write gate shut (`writable` False), so no write can
 leave this process whatever a bug does; SubjectAccessReviews are answered and forgotten by the API
@@ -8,7 +8,7 @@ refused spec names, no request to any URL. The runner token is read from its Sec
 operator checks it (an empty value is not sent) and sent only to an API URL the operator's settings
 allow, in one GetManagedRunner; the Slurm JWT likewise (checked offline first, as the
 operator does, then one GET of the partition, or a ping) only to an allowed slurmrestd URL; neither
-appears in any message. Everything the checks decide is in core/doctor.py; nothing here decides.
+appears in any message. Everything the checks decide is in core/doctor/checks.py; nothing here decides.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from typing import Any
 
 from ..api.keys import SANDBOX_ID_LABEL
 from ..api.spec import BindingSpec
-from ..core import doctor_facts as f
-from ..core import node_room as room
+from ..core.doctor import facts as f
+from ..core.doctor import node_room as room
 from ..core.scope import membership as members
 from ..core import tenancy
 from ..core.slurm import facts as slurm

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from .pods import QuantityParser
+from ..pods import QuantityParser
 
 SLURMD_CONTAINER = "slurmd"
 NODESET_KIND = "NodeSet"

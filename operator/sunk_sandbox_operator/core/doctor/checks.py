@@ -15,16 +15,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..api.reasons import Common, GracePeriodSafe
-from . import grace as gr
-from .doctor_facts import Observation, Result
+from ...api.reasons import Common, GracePeriodSafe
+from .. import grace as gr
+from .facts import Observation, Result
 from .node_room import NodeRoom
-from .policy.checks import policy_warnings, validate_policy
-from .policy.paths import PolicyError
-from .redact import describe
-from .scheduler.discovery import UPGRADE_ORDER, Discovery
-from .scope.plan import missing_summary, names
-from .slurm.facts import expiring, iso, ready_condition
+from ..policy.checks import policy_warnings, validate_policy
+from ..policy.paths import PolicyError
+from ..redact import describe
+from ..scheduler.discovery import UPGRADE_ORDER, Discovery
+from ..scope.plan import missing_summary, names
+from ..slurm.facts import expiring, iso, ready_condition
 
 def _passed(id_: str, name: str, detail: str) -> Result:
     return Result(id_, name, True, detail)

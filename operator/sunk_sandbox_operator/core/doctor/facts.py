@@ -1,4 +1,4 @@
-"""The one observation `doctor` checks (core/doctor.py): what the shell read, folded to facts.
+"""The one observation `doctor` checks (core/doctor/checks.py): what the shell read, folded to facts.
 
 adapters/doctor.py fills it from the cluster, the runner API and Slurm; nothing here reads or
 decides. Tokens never appear in it: only where they are (`Secret ns/name key k`).
@@ -10,10 +10,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import grace as gr
+from .. import grace as gr
 from .node_room import NodeRoom, Resources
-from .scheduler.discovery import Discovery
-from .slurm.facts import SlurmObservation
+from ..scheduler.discovery import Discovery
+from ..slurm.facts import SlurmObservation
 
 @dataclass(frozen=True)
 class Result:
