@@ -99,7 +99,7 @@ def _selector(text: str, parser: argparse.ArgumentParser, flag: str) -> dict[str
 
 
 def _requests(text: str, parser: argparse.ArgumentParser) -> Any:
-    from .core.quantity import parse_quantity
+    from .core.units import parse_quantity
     from .core.doctor.node_room import Resources
 
     values: dict[str, Any] = {}

@@ -144,7 +144,7 @@ def test_a_reconcile_after_a_transient_failure_comes_back_on_the_failure_backoff
 POWERS_ALLOWED = {
     "core/backoff.py": "the one backoff",
     "core/pods.py": "every subset of the hazards (2 ** len(HAZARDS) bit masks), once at import",
-    "core/quantity.py": "a binary suffix's multiplier (Ki: 1 << 10)",
+    "core/units.py": "a binary suffix's multiplier (Ki: 1 << 10)",
 }
 
 

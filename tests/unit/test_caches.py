@@ -7,7 +7,7 @@ import copy
 from sunk_sandbox_operator.api import keys
 from sunk_sandbox_operator.api.spec import LabelSelector, SandboxNamespaces
 from sunk_sandbox_operator.controller import placement, watch
-from sunk_sandbox_operator.core.quantity import parse_quantity
+from sunk_sandbox_operator.core.units import parse_quantity
 from sunk_sandbox_operator.controller.caches import NamespaceCache, PodCache, pod_key
 from sunk_sandbox_operator.core.placement import GPU_REQUESTED, decode_pod
 
@@ -262,13 +262,13 @@ def test_quantities_are_parsed_once_and_invalid_ones_refused_every_time():
 
     import pytest
 
-    from sunk_sandbox_operator.core import quantity
+    from sunk_sandbox_operator.core import units
 
-    quantity._parse.cache_clear()
-    assert quantity.parse_quantity("1Gi") == Decimal(2**30) and quantity.parse_quantity("1Gi") == Decimal(2**30)
-    assert quantity._parse.cache_info().hits == 1
+    units._parse.cache_clear()
+    assert units.parse_quantity("1Gi") == Decimal(2**30) and units.parse_quantity("1Gi") == Decimal(2**30)
+    assert units._parse.cache_info().hits == 1
     for bad in (True, "NaN", "Infinity", "1x"):  # the API server's refusals, whatever was cached before
         for _ in range(2):
             with pytest.raises(ValueError):
-                quantity.parse_quantity(bad)
-    assert quantity.parse_quantity(1) == 1 and quantity.parse_quantity(1.5) == Decimal("1.5")
+                units.parse_quantity(bad)
+    assert units.parse_quantity(1) == 1 and units.parse_quantity(1.5) == Decimal("1.5")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from sunk_sandbox_operator.core.quantity import parse_quantity
+from sunk_sandbox_operator.core.units import parse_quantity
 from sunk_sandbox_operator.core.doctor import node_room as room
 
 GI = Decimal(2**30)

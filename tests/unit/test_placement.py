@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kubernetes.utils.quantity import parse_quantity as k8s_parse_quantity
 
-from sunk_sandbox_operator.core.quantity import parse_quantity
+from sunk_sandbox_operator.core.units import parse_quantity
 from sunk_sandbox_operator.api import PlacementStatus
 from sunk_sandbox_operator.core.placement import (
     EXCLUSIVE_OK_ON_GPU,

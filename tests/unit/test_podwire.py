@@ -8,7 +8,7 @@ import orjson
 from hypothesis import given, settings, strategies as st
 
 from sunk_sandbox_operator.adapters.podwire import PodPageDecoder
-from sunk_sandbox_operator.core.quantity import parse_quantity
+from sunk_sandbox_operator.core.units import parse_quantity
 from sunk_sandbox_operator.api import keys
 from sunk_sandbox_operator.controller.caches import PodCache
 from sunk_sandbox_operator.core.pods import container_hazards, decode_pod, resources_key

@@ -9,7 +9,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sunk_sandbox_operator.core.quantity import parse_quantity
+from sunk_sandbox_operator.core.units import parse_quantity
 from sunk_sandbox_operator.api import keys
 from sunk_sandbox_operator.api.reasons import PlacementVerified
 from sunk_sandbox_operator.core.slurm import facts as s

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from sunk_sandbox_operator.api.spec import SandboxNamespaces
-from sunk_sandbox_operator.core import pods, quantity, selectors, tenancy, tenant_text, units, untrusted
+from sunk_sandbox_operator.core import pods, selectors, tenancy, tenant_text, units, untrusted
 from sunk_sandbox_operator.core.scheduler import argv
 from sunk_sandbox_operator.core.scheduler import conf as scheduler_conf
 from sunk_sandbox_operator.core.slurm import facts as slurm
@@ -51,7 +51,7 @@ _matcher = membership.compile_matcher(SandboxNamespaces.model_construct(names=["
                                                                   selector=None))
 _slurm_conf = scheduler_conf._parse_slurm_conf.__wrapped__     # the memo would time a dict lookup
 _scheduler_conf = scheduler_conf._parse_text.__wrapped__
-_quantity = quantity._parse.__wrapped__
+_quantity = units._parse.__wrapped__
 
 # name in the registry -> (shape, function, input of size n, n, bounds lifted {module.CONSTANT: value})
 SHAPES: dict[str, list[Shape]] = {
@@ -136,10 +136,10 @@ SHAPES: dict[str, list[Shape]] = {
         ("a timestamp and digits", pods.parse_time, lambda n: "2024-01-01T00:00:00." + "0" * n + "Z", 60_000,
          {"pods.MAX_TIME_CHARS": LIFTED}),
     ],
-    "quantity.parse_quantity": [
+    "units.parse_quantity": [
         ("digits and a bad suffix", _quantity, lambda n: "1" * n + "x", 60_000, {}),
         ("a fraction and a bad exponent", _quantity, lambda n: "." + "1" * n + "e", 60_000, {}),
-        ("at the bound (refused)", quantity.parse_quantity, lambda n: "1" * n + "x", 60_000, {}),
+        ("at the bound (refused)", units.parse_quantity, lambda n: "1" * n + "x", 60_000, {}),
     ],
     "scope.membership.compile_matcher": [
         ("a five-star glob on a long name", lambda name: _matcher(name, None), lambda n: "a" * n, 60_000, {}),

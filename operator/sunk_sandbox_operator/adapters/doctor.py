@@ -35,7 +35,7 @@ from . import grants, kube as k
 from .scheduler import read as scheduler_read
 from .bounded import gather_bounded
 from . import slurmrest as sr
-from ..core.quantity import parse_quantity
+from ..core.units import parse_quantity
 from .runnerapi import client as rc
 
 CONCURRENCY = 8

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Callable, Iterable, Iterator
 
-from ..core.quantity import parse_quantity
+from ..core.units import parse_quantity
 from ..api.spec import SandboxNamespaces
 from ..core.scope.grants import Grant, grant_of
 from ..core.pods import PodRecord, container_hazards, decode_pod, resources_key

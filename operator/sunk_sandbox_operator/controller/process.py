@@ -28,7 +28,7 @@ LIST_GC_PAUSE_LIMIT = 120.0  # seconds the cyclic GC may stay paused for the ini
 def import_kopf() -> Any:
     """kopf, without the kubernetes client: the client's models are the largest part of a start that
     imports them, and the run path needs none (a plain kopf registry, adapters/kubeconfig.py and
-    core/quantity.py read what the client would). Hidden while kopf is imported, importable again
+    core/units.py read what the client would). Hidden while kopf is imported, importable again
     afterwards (adapters/kubeconfig.py imports it for an exec-plugin kubeconfig)."""
     hide = "kubernetes" not in sys.modules
     if hide:

@@ -35,7 +35,7 @@ _NO_HAZARDS: frozenset[str] = frozenset()
 
 # ---------------------------------------------------------------- quantities
 
-# Quantities are parsed by the caller's parser (the shell passes core.quantity's, apimachinery's
+# Quantities are parsed by the caller's parser (the shell passes core.units's, apimachinery's
 # grammar, memoized): `Decimal` out, ValueError on anything invalid.
 QuantityParser = Callable[[Any], Decimal]
 

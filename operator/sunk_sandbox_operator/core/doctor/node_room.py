@@ -7,7 +7,7 @@ sandbox pod bound there by the SUNK scheduler is refused by the kubelet (`OutOfc
 requests of every pod bound there that is not finished, sandbox pods aside (they are what needs
 the room). Requests are counted as the kube-scheduler counts them: the sum over containers, or
 the largest init container if that is larger, plus the pod's overhead. Quantities are parsed by
-the caller's parser (core/quantity.py), as in core/pods.py.
+the caller's parser (core/units.py), as in core/pods.py.
 """
 
 from __future__ import annotations
