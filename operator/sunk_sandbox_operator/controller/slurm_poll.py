@@ -7,7 +7,7 @@ are 22.05's 304 or 24.11+'s empty 200, adapters/slurmrest.py) and the partitions
 `SSB_SLURM_POLL_SECONDS`: two requests per interval whatever the number of bindings, pods or jobs.
 
 Each wake is gather → decide → act: the round is read with one subscriber's token (one whose own
-check passed Slurm's authentication, read from its Secret at each poll), `core/slurm_poll.decide`
+check passed Slurm's authentication, read from its Secret at each poll), `core/slurm/poll.decide`
 makes the one decision, and this shell applies it: token outcomes, the job facts published to each
 binding's JobTracker (controller/placement.py `on_jobs`: only bindings whose token passed see
 them), the bindings woken for a reconcile, and the delay — the regular interval, or the project's
