@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 # Local-only dev tools (devcluster, demo) are not in the wheel: run them from the source tree.
 DEVTOOLS := PYTHONPATH=operator $(BIN)/python -m sunk_sandbox_devtools
 
-.PHONY: setup binaries helm helm4 kube-oldest promtool slurm argocd-health image tools-image tools-go demo test unit integration e2e bench bench-scale crd chart-sync clean devcluster-up devcluster-down
+.PHONY: setup binaries helm helm4 kube-oldest promtool slurm slurm-chroots argocd-health image tools-image tools-go demo test unit integration e2e bench bench-scale crd chart-sync clean devcluster-up devcluster-down
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +41,12 @@ promtool: setup
 slurm: setup
 	$(DEVTOOLS) slurm install
 
+# Slurm 24.11 (trixie) and 26.05 (sid) for the same tests: debootstrap chroots (root; ~1 min each the
+# first time, cached under ~/.cache/sunk-sandbox-operator/slurm/). `make test` builds them in the
+# background, in the image lane (tools-image).
+slurm-chroots: setup
+	$(DEVTOOLS) slurm chroots
+
 # argocd-health, built the same way from hack/argocd: Argo CD's own health engine (util/lua,
 # gitops-engine) on the shipped manifests/argocd health check.
 argocd-health: setup
@@ -54,10 +60,21 @@ image: setup
 demo: binaries
 	$(DEVTOOLS) demo
 
-# helm 3 and 4, promtool, argocd-health, the oldest kube-apiserver and the image are built in the
-# background while the tests that need none of them run (sunk_sandbox_devtools/tools.py): the image
-# beside the control plane's build, the Go tools after it (they reuse its compiled k8s.io packages);
-# slurm first, so two apt-get never overlap.
+# What a release publishes, into dist/: the chart package, the image as an OCI archive, its SBOM,
+# the wheel, the kubectl plugin (one file per OS/arch) and its krew manifest, SHA256SUMS and
+# release.json. README, Development, "Releasing" says how a maintainer publishes them.
+.PHONY: release registry
+release: setup
+	$(DEVTOOLS) release
+
+# The OCI registry the release test pushes to (distribution, from hack/registry; cached like helm).
+registry: setup
+	$(DEVTOOLS) registry build
+
+# helm 3 and 4, promtool, argocd-health, the oldest kube-apiserver, the Slurm chroots and the image
+# are built in the background while the tests that need none of them run
+# (sunk_sandbox_devtools/tools.py): the chroots then the image beside the control plane's build, the Go tools after it (they reuse its compiled k8s.io packages); slurm
+# first, so two apt-get never overlap.
 tools-image: setup
 	$(DEVTOOLS) tools start image
 
@@ -70,7 +87,7 @@ test: slurm tools-image binaries tools-go
 unit: setup
 	$(BIN)/python -m pytest -ra tests/unit
 
-integration: binaries helm helm4 promtool slurm argocd-health kube-oldest
+integration: binaries helm helm4 promtool slurm slurm-chroots argocd-health kube-oldest
 	$(BIN)/python -m pytest -ra tests/integration
 
 e2e: binaries image

@@ -15,6 +15,8 @@ commands:
   tools       start|build image|go: the image; helm 3 and 4, promtool, argocd-health, the oldest
               kube-apiserver (start: in the background)
   chart       sync: write the Helm chart's copies (CRD, alerts, dashboard), appVersion, README values table
+  release     build the release artifacts into dist/ (chart, image archive, SBOM, wheel, kubectl plugin, krew)
+  registry    build: the OCI registry of the release test (distribution, from hack/registry; cached)
 """
 
 
@@ -39,6 +41,16 @@ def main(argv: list[str] | None = None) -> int:
     if command == "tools":
         from . import tools
         return tools.main(rest)
+    if command == "release":
+        from . import release
+        return release.main(rest)
+    if command == "registry":
+        if rest != ["build"]:
+            print(f"usage: {PROG} registry build", file=sys.stderr)
+            return 2
+        from . import registry
+        print(registry.ensure_registry())
+        return 0
     if command == "demo":
         from . import demo
         return demo.main(rest)

@@ -124,8 +124,11 @@ def run(workdir: Path, keep: bool = False) -> int:
                                                             workdir / "operator.kubeconfig")
             # The emulator stands in for api.coreweave.com on a loopback port: the operator allows plain
             # http only to a loopback URL it is told to allow (the default is https://api.coreweave.com).
+            # The example binding grants the scheduler's role in its sandbox namespaces (ds-*) and its own:
+            # the admin says where bindings of tenant-slurm may (--allow-grant; none by default).
             operator = devcluster.OperatorProcess(kubeconfig, workdir / "operator.log",
-                                                  env={"SSB_ALLOWED_API_URLS": "http://127.0.0.1:*"})
+                                                  env={"SSB_ALLOWED_API_URLS": "http://127.0.0.1:*",
+                                                       "SSB_ALLOWED_GRANTS": f"{NS}=ds-*,{NS}"})
             print(f"operator running (pid {operator.proc.pid}), log: {operator.log_path}")
 
             _section("policy BEFORE (runner " + RUNNER + ")")

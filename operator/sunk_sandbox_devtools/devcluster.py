@@ -387,6 +387,9 @@ class DevCluster:
     api_port: int = 0
     pids: dict[str, int] = field(default_factory=dict)
     _procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+    # Users whose every request the API server records (audit, Metadata level: verb, resource,
+    # namespace, name) in `audit_log`; empty: no audit.
+    audited_users: tuple[str, ...] = ()
 
     @property
     def server(self) -> str:
@@ -430,6 +433,7 @@ class DevCluster:
             "--api-audiences=https://kubernetes.default.svc", "--max-requests-inflight=2000",
             "--max-mutating-requests-inflight=1000", "--event-ttl=1h", "-v=0",
             "--endpoint-reconciler-type=none",  # loopback advertise address: no kubernetes Endpoints
+            *self._audit_flags(),
         ], detach)
         self.kubeconfig.write_text(kubeconfig_text(
             self.server, (d / "serving-ca.crt").read_bytes(),
@@ -439,6 +443,26 @@ class DevCluster:
             {"pids": self.pids, "server": self.server, "kubeconfig": str(self.kubeconfig), "bindir": str(self.bindir)}))
         _log(f"control plane ready at {self.server} in {time.monotonic() - started:.1f}s")
         return self
+
+    @property
+    def audit_log(self) -> Path:
+        return self.workdir / "audit.log"
+
+    def _audit_flags(self) -> list[str]:
+        if not self.audited_users:
+            return []
+        policy = self.workdir / "audit-policy.json"
+        policy.write_text(json.dumps({"apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
+                                      "rules": [{"level": "Metadata", "users": list(self.audited_users)},
+                                                {"level": "None"}]}))
+        return [f"--audit-policy-file={policy}", f"--audit-log-path={self.audit_log}", "--audit-log-mode=blocking"]
+
+    def audit_events(self, user: str) -> list[dict]:
+        """The requests `user` made (one record each, in order), as the API server audited them."""
+        if not self.audit_log.exists():
+            return []
+        events = [json.loads(line) for line in self.audit_log.read_text().splitlines() if line.strip()]
+        return [e for e in events if (e.get("user") or {}).get("username") == user]
 
     def _spawn(self, name: str, argv: list[str], detach: bool) -> None:
         log = open(self.workdir / f"{name}.log", "ab")
@@ -502,7 +526,9 @@ class OperatorProcess:
         self.liveness_port = free_port()
         self.log_path = log_path
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
-        full_env.update({"KUBECONFIG": str(kubeconfig), **(env or {})})
+        # The operator of this source tree, whichever tree the venv's editable install points at.
+        path = [str(REPO_ROOT / "operator"), *filter(None, [full_env.get("PYTHONPATH")])]
+        full_env.update({"KUBECONFIG": str(kubeconfig), "PYTHONPATH": os.pathsep.join(path), **(env or {})})
         self._log = open(log_path, "wb")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "sunk_sandbox_operator", "run", *(["--verbose"] if verbose else []),
@@ -645,6 +671,8 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def temp_cluster(apiserver: Path | None = None) -> DevCluster:
-    """A throwaway cluster in a temp dir (pytest session fixture); `apiserver`: another kube-apiserver binary."""
-    return DevCluster(Path(tempfile.mkdtemp(prefix="ssb-devcluster-")), apiserver=apiserver).start()
+def temp_cluster(apiserver: Path | None = None, audited_users: tuple[str, ...] = ()) -> DevCluster:
+    """A throwaway cluster in a temp dir (pytest session fixture); `apiserver`: another kube-apiserver
+    binary; `audited_users`: see DevCluster."""
+    return DevCluster(Path(tempfile.mkdtemp(prefix="ssb-devcluster-")), apiserver=apiserver,
+                      audited_users=audited_users).start()

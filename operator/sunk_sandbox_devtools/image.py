@@ -74,9 +74,10 @@ def _log(msg: str) -> None:
 
 
 def ensure_tools(run: Runner = subprocess.run, which: Callable[[str], str | None] = shutil.which,
-                 euid: Callable[[], int] = os.geteuid) -> None:
-    """buildah and debootstrap, installed with apt-get when missing (as root on Debian, as in CI)."""
-    missing = [t for t in TOOLS if which(t) is None]
+                 euid: Callable[[], int] = os.geteuid, tools: tuple[str, ...] = TOOLS) -> None:
+    """buildah and debootstrap (or `tools`: skopeo for the release test), installed with apt-get when
+    missing (as root on Debian, as in CI)."""
+    missing = [t for t in tools if which(t) is None]
     if not missing:
         return
     if euid() != 0 or which("apt-get") is None:

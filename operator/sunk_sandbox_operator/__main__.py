@@ -51,6 +51,10 @@ def _run(argv: list[str]) -> int:
     parser.add_argument("--allow-reach", action="append", default=None, metavar="NS=TARGETS",
                         help="bindings in NS (a glob) may name schedulers, scope targets and system namespaces in "
                         "TARGETS (comma-separated globs), e.g. tenant-slurm=argocd (repeatable)")
+    parser.add_argument("--allow-grant", action="append", default=None, metavar="NS=NAMESPACES",
+                        help="bindings in NS (a glob) may grant spec.scope.grantClusterRole in NAMESPACES (comma-separated "
+                        "globs), e.g. tenant-slurm=ds-* (repeatable; default: none, no binding grants anywhere; "
+                        "SSB_ALLOWED_GRANTS)")
     parser.add_argument("--allow-match-all", action="store_true", default=None,
                         help="let sandboxNamespaces match (nearly) every namespace: names: [\"*\"] (any glob without "
                         "a literal character), selector {} or only NotIn / DoesNotExist (default: refused; "
@@ -99,14 +103,16 @@ def _run(argv: list[str]) -> int:
 
     from . import handlers  # noqa: F401  (registers the handlers)
     from .adapters.kubeconfig import ConfigError
+    from .core.redact import describe
     from .controller import main
     from .controller.context import limit_malloc_arenas
 
     limit_malloc_arenas()
+    from .core.redact import describe
     try:
         return asyncio.run(main.run(args.liveness))
     except ConfigError as exc:  # before anything started: said in one line, not a traceback
-        print(f"{parser.prog}: no credentials for the API server: {exc} (in a pod: the ServiceAccount token, "
+        print(f"{parser.prog}: no credentials for the API server: {describe(exc)} (in a pod: the ServiceAccount token, "
               "automountServiceAccountToken; elsewhere: KUBECONFIG or ~/.kube/config)", file=sys.stderr)
         return 2
 

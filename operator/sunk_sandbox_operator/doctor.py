@@ -56,7 +56,8 @@ def _parser(prog: str = PROG) -> argparse.ArgumentParser:
     pre.add_argument("--slurm-user", default=None, help="the Slurm user the token is for (X-SLURM-USER-NAME)")
     pre.add_argument("--slurm-token-secret", default=None, metavar="NS/NAME[:KEY]", help="the Secret holding the "
                      "Slurm JWT (`scontrol token username=USER`; key default: token)")
-    pre.add_argument("--slurm-api-version", default=None, help="slurmrestd's OpenAPI version (default v0.0.38)")
+    pre.add_argument("--slurm-api-version", default=None, help="slurmrestd's OpenAPI version (default: negotiated, the "
+                     "newest it serves of v0.0.38, v0.0.40-v0.0.45)")
     both = p.add_argument_group("either mode")
     both.add_argument("--nodeset", action="append", default=[], metavar="NAME",
                       help="a NodeSet shared with sandboxes (repeatable; default: every NodeSet found)")
@@ -66,6 +67,7 @@ def _parser(prog: str = PROG) -> argparse.ArgumentParser:
     ops.add_argument("--allowed-api-url", action="append", default=None, metavar="URL")
     ops.add_argument("--allowed-slurm-url", action="append", default=None, metavar="URL")
     ops.add_argument("--allow-reach", action="append", default=None, metavar="NS=TARGETS")
+    ops.add_argument("--allow-grant", action="append", default=None, metavar="NS=NAMESPACES")
     ops.add_argument("--sandbox-namespace-selector", default=None, metavar="SELECTOR")
     return p
 
@@ -152,7 +154,9 @@ async def _observe(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
     from .adapters import kubeconfig
     from .adapters.kubehttp import KubeHTTP
     from .api.spec import parse_spec
+    from .core.redact import describe
     from .render import format_validation_error
+    from .core.redact import describe
 
     tenancy = _settings(args, parser)
     need = _requests(args.sandbox_requests, parser) if args.sandbox_requests else None
@@ -166,7 +170,7 @@ async def _observe(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
             try:
                 body = await kube.get_binding(ns, name)
             except (k.NotFound, k.Forbidden) as exc:
-                parser.error(f"binding {args.binding}: {exc}")
+                parser.error(f"binding {args.binding}: {describe(exc)}")
             try:
                 spec = parse_spec(body.get("spec") or {})
             except ValidationError as exc:
@@ -202,11 +206,13 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     from .adapters.kube import KubeError
     from .adapters.kubeconfig import ConfigError
     from .core import doctor
+    from .core.redact import describe
 
+    from .core.redact import describe
     try:
         obs = asyncio.run(_observe(args, parser))
     except (KubeError, ConfigError) as exc:  # no kubeconfig, an API server that does not answer
-        print(f"{parser.prog}: cannot read the cluster: {exc}", file=sys.stderr)
+        print(f"{parser.prog}: cannot read the cluster: {describe(exc)}", file=sys.stderr)
         return 2
     results = doctor.evaluate(obs)
     bad = doctor.failed(results)

@@ -45,7 +45,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from tests.conftest import FAST_RESYNC, LOOPBACK_API, OPERATOR_NS, OPERATOR_SA, Kube, install_manifests, wait_for
+from tests.conftest import ALL_GRANTS, FAST_RESYNC, LOOPBACK_API, OPERATOR_NS, OPERATOR_SA, Kube, install_manifests, wait_for
 
 SLURM_NS = "tenant-slurm"
 SCHEDULER_DEPLOYMENT = "slurm-scheduler"  # tests.integration.conftest.make_scheduler's
@@ -622,7 +622,7 @@ def main(argv: list[str] | None = None) -> int:
             started = time.monotonic()
             # The shipped settings: --log-format=json, no --verbose.
             operator = OperatorProcess(kubeconfig, work / "operator.log", args=("--log-format=json",),
-                                       env={"SSB_STATUS_MIN_INTERVAL_SECONDS": "2", **LOOPBACK_API, **FAST_RESYNC}, timeout=120, verbose=False)
+                                       env={"SSB_STATUS_MIN_INTERVAL_SECONDS": "2", **LOOPBACK_API, **FAST_RESYNC, **ALL_GRANTS}, timeout=120, verbose=False)
             kube.create_binding(SLURM_NS, BINDING, scale_spec(runner_id, emulator, args.grant))
 
             phases = [

@@ -29,7 +29,7 @@ from pathlib import Path
 from tests.bench.scale import (BINDING, SLURM_NS, bench_cluster, cpu_seconds, log, memory_kib, phase_start, populate,
                                scale_spec)
 from sunk_sandbox_operator.api.keys import BINDING_LABEL
-from tests.conftest import FAST_RESYNC, LOOPBACK_API, OPERATOR_NS, OPERATOR_SA, Kube, wait_for
+from tests.conftest import ALL_GRANTS, FAST_RESYNC, LOOPBACK_API, OPERATOR_NS, OPERATOR_SA, Kube, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -40,7 +40,7 @@ def one_start(kube: Kube, tree: Path, kubeconfig: Path, log_path: Path, spec: di
     started = time.monotonic()
     operator = OperatorProcess(kubeconfig, log_path, args=("--log-format=json",), timeout=120, verbose=False,
                                env={"PYTHONPATH": str(tree / "operator"), "SSB_STATUS_MIN_INTERVAL_SECONDS": "2",
-                                    **LOOPBACK_API, **FAST_RESYNC})
+                                    **LOOPBACK_API, **FAST_RESYNC, **ALL_GRANTS})
     try:
         kube.create_binding(SLURM_NS, BINDING, spec)
         _, text, seconds = phase_start(kube, operator, started, pods, 60 + pods / 250)

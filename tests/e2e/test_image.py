@@ -39,9 +39,9 @@ NS = "tenant-slurm"
 UID = 65532
 DEPLOYMENT = yaml.safe_load((REPO / "manifests" / "deployment.yaml").read_text())
 (CONTAINER,) = DEPLOYMENT["spec"]["template"]["spec"]["containers"]
-TEST_ONLY = {"pytest", "pytest-asyncio", "hypothesis", "lupa", "cryptography", "import-linter"}
-RUNTIME = {"sunk-sandbox-operator", "kopf", "kubernetes", "httpx", "pydantic", "pyyaml", "aiohttp",
-           "prometheus-client"}
+# The kubernetes client is the `exec-auth` extra: in a pod the ServiceAccount is read without it.
+TEST_ONLY = {"pytest", "pytest-asyncio", "hypothesis", "lupa", "cryptography", "import-linter", "kubernetes"}
+RUNTIME = {"sunk-sandbox-operator", "kopf", "httpx", "pydantic", "pyyaml", "aiohttp", "prometheus-client"}
 
 
 # ---------------------------------------------------------------- the image and a container of it
@@ -167,7 +167,7 @@ def test_the_hosts_ca_bundle_was_for_the_build_only(buildah, container, base_bun
         buildah("umount", container, check=False)
 
 
-def test_every_command_it_ships_works_inside_it(buildah, container):
+def test_every_command_it_ships_works_inside_it(buildah, container, tmp_path):
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
     listed = in_image(buildah, container, "python", "-c", "import importlib.metadata as m, json; print(json.dumps("
                       "{'ours': sorted(e.name for e in m.distribution('sunk-sandbox-operator').entry_points"
@@ -192,6 +192,21 @@ def test_every_command_it_ships_works_inside_it(buildah, container):
             assert "usage:" in helped.stdout, (command, helped.stdout)
     plugin = in_image(buildah, container, "kubectl-ssb", "doctor", "--help")
     assert plugin.returncode == 0 and "usage: kubectl ssb doctor" in plugin.stdout, plugin.stderr
+    exec_config = {"apiVersion": "v1", "kind": "Config", "current-context": "c",
+                   "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
+                   "clusters": [{"name": "k", "cluster": {"server": "https://127.0.0.1:1"}}],
+                   "users": [{"name": "u", "user": {"exec": {"apiVersion": "client.authentication.k8s.io/v1",
+                                                             "command": "cloud-login"}}}]}
+    (tmp_path / "exec.kubeconfig").write_text(yaml.safe_dump(exec_config))
+    os.chown(tmp_path / "exec.kubeconfig", UID, UID)
+    without_client = subprocess.run(  # an exec plugin needs the client, which the image does not carry
+        run_argv(buildah, container, ["kubectl-ssb", "doctor", "ns/b"], env={"KUBECONFIG": "/mnt/exec.kubeconfig"},
+                 volumes=[f"{tmp_path / 'exec.kubeconfig'}:/mnt/exec.kubeconfig:ro"]),
+        capture_output=True, text=True, timeout=120)
+    said = without_client.stderr.splitlines()[0]  # buildah adds its own lines about the exit status
+    assert without_client.returncode == 2 and "Traceback" not in without_client.stderr, without_client.stderr
+    assert "the kubeconfig /mnt/exec.kubeconfig (user.exec) needs the kubernetes client" in said, said
+    assert said.endswith("pip install 'sunk-sandbox-operator[exec-auth]'"), said
 
     crd = in_image(buildah, container, "sunk-sandbox-operator", "crd")
     assert crd.returncode == 0, crd.stderr

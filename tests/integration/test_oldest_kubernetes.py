@@ -51,7 +51,7 @@ CONSTRAINTS = {"network": {"egress": {"allow": ["pypi.org"]}}}
 def cluster() -> Iterator:
     from sunk_sandbox_devtools import devcluster
 
-    c = devcluster.temp_cluster(devcluster.ensure_oldest_apiserver())
+    c = devcluster.temp_cluster(apiserver=devcluster.ensure_oldest_apiserver())
     try:
         yield c
     finally:

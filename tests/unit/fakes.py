@@ -517,11 +517,16 @@ def discovery(namespace: str = "slurm", name: str = "slurm-scheduler", configmap
                      configmap_name=configmap, service_account=service_account, kill_wait_seconds=kill_wait)
 
 
+# The harness' operator lets every binding grant anywhere (as tests/conftest.py's TEST_ENV does): the
+# grant bound itself is tested with `allowed_grants` set otherwise (test_tenancy_holes.py).
+HARNESS_SETTINGS: dict[str, Any] = {"allowed_grants": {"*": ("*",)}}
+
+
 @dataclass
 class Harness:
     """A Context over the fakes; `events` are (kind, reason, message) as posted."""
 
-    config: Config = field(default_factory=Config)
+    config: Config = field(default_factory=lambda: Config(**HARNESS_SETTINGS))
     kube: FakeKube = field(default_factory=FakeKube)
     clock: FakeClock = field(default_factory=FakeClock)
     events: list[tuple[str, str, str]] = field(default_factory=list)
@@ -614,7 +619,7 @@ async def harness_fixture():
     made: list[Harness] = []
 
     def make(**config: Any) -> Harness:
-        h = Harness(config=Config(**config))
+        h = Harness(config=Config(**{**HARNESS_SETTINGS, **config}))
         made.append(h)
         return h
 

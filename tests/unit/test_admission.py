@@ -100,6 +100,15 @@ def test_grant_role_and_cross_namespace_target_are_denied() -> None:
     assert "spec.scope.target.application.namespace" not in d.message and "spec.scope.grantClusterRole" in d.message
 
 
+def test_a_grant_the_admin_bounds_nowhere_is_allowed_with_a_warning_naming_the_setting() -> None:
+    body = with_spec(binding_body(), scope={"grantClusterRole": "sunk-scheduler-sandbox"})
+    d = decide(review(obj=body))
+    assert d.allowed and any("spec.scope.grantClusterRole" in w and "--allow-grant" in w for w in d.warnings)
+    bounded = t.TenancyPolicy(grants={NS: ("ds-*",)})
+    assert not [w for w in decide(review(obj=body), policy=bounded).warnings if "grantClusterRole" in w]
+    assert not decide(review()).warnings  # no grant asked: nothing said
+
+
 def test_a_spec_that_does_not_parse_is_denied_with_the_model_message() -> None:
     body = with_spec(binding_body(), slurm={"exclusive": "always"})
     d = decide(review(obj=body))

@@ -13,9 +13,10 @@ from sunk_sandbox_operator.adapters import doctor as gather
 from sunk_sandbox_operator.adapters import kube as k
 from sunk_sandbox_operator.api.spec import parse_spec
 from sunk_sandbox_operator.core import doctor
+from sunk_sandbox_operator.core.slurm_versions import KNOWN
 from sunk_sandbox_operator.core.tenancy import TenancyPolicy
 
-from tests.unit.fake_slurm import FakeSlurm
+from tests.unit.fake_slurm import NEWEST, RELEASES, FakeSlurm
 from tests.unit.fakes import FakeClock, FakeKube, FakeRunner
 from tests.unit.test_slurm_controller import jwt
 
@@ -97,7 +98,8 @@ async def test_a_healthy_cluster_reads_as_every_check_passing_and_nothing_is_wri
     kube, runners = cluster(), Runners()
     obs = await gather.gather(kube, prerequisites(), TenancyPolicy(), make_runner=runners)
     results = {r.id: r for r in doctor.evaluate(obs)}
-    assert {i: r.ok for i, r in results.items()} == {i: (None if i == "partition" else True) for i in results}, \
+    assert {i: r.ok for i, r in results.items()} == {i: (None if i in ("partition", "slurm-token") else True)
+                                                     for i in results}, \
         [r for r in results.values() if r.ok is False]
     assert obs.sandbox_namespaces == frozenset({"ds-alice"})  # the namespace holding a sandbox pod
     assert "500m CPU, 512Mi memory" in results["slurmd-room"].detail
@@ -122,14 +124,51 @@ async def test_a_url_the_operator_does_not_allow_never_gets_the_token() -> None:
 
 async def test_a_binding_is_judged_by_the_operators_settings_and_its_own_namespaces() -> None:
     kube = cluster()
-    spec = parse_spec({"runner": {"id": "r", "apiURL": "http://10.0.0.1:8080", "tokenSecretRef": {"name": "coreweave-api"}},
+    spec = parse_spec({"runner": {"id": "r", "tokenSecretRef": {"name": "coreweave-api"}},
                        "sandboxNamespaces": {"names": ["ds-*"]}})
     runners = Runners()
     obs = await gather.gather(kube, gather.Target(spec, NS, f"{NS}/b", (NS, "coreweave-api", "token")),
                               TenancyPolicy(), make_runner=runners)
-    assert obs.sandbox_namespaces == frozenset({"ds-alice", "ds-bob"})
-    assert any("spec.runner.apiURL" in v for v in obs.violations)
-    assert runners.sent == []
+    assert obs.sandbox_namespaces == frozenset({"ds-alice", "ds-bob"}) and obs.violations == ()
+    assert runners.sent == [("https://api.coreweave.com", TOKEN)]
+
+
+@pytest.mark.parametrize("refusal", [
+    {"scheduler": {"namespace": "other"}},                                    # another tenant's scheduler
+    {"runner": {"id": "r", "apiURL": "http://10.0.0.1:8080", "tokenSecretRef": {"name": "coreweave-api"}}},
+    {"sandboxNamespaces": {"names": ["*"]}},                                   # every namespace
+])
+async def test_a_refused_binding_is_read_no_further_than_itself(refusal) -> None:
+    """Finding 10: the operator reads, asks and sends nothing for a binding its settings refuse; the
+    doctor, run with the admin's credentials, does no more: no Secret read (whichever URL is allowed),
+    no namespace the spec names listed, no runner or Slurm request; the first line says why."""
+    fake = FakeSlurm(FakeClock(), tokens={jwt(): "k8sop"})
+    kube, target = with_slurm()
+    raw = {"runner": {"id": "r", "tokenSecretRef": {"name": "coreweave-api"}}, "partition": "sandboxes",
+           "sandboxNamespaces": {"names": ["ds-*"]},
+           "slurm": {"restAPI": {"url": SLURM, "user": "k8sop", "tokenSecretRef": {"name": "slurm-jwt"}}}, **refusal}
+    runners = Runners()
+    obs = await gather.gather(kube, gather.Target(parse_spec(raw), NS, f"{NS}/b", target.token, slurm_token=target.slurm_token),
+                              TenancyPolicy(allowed_slurm_urls=(SLURM,)), make_runner=runners,
+                              make_slurm=fake.client_factory())
+    assert kube.calls == [] and runners.sent == [] and fake.log == []
+    results = doctor.evaluate(obs)
+    assert results[0].id == "binding" and results[0].ok is False and "the operator refuses" in results[0].detail
+    assert all(r.ok is None and r.detail == doctor.REFUSED for r in results[1:])
+    assert {r.id for r in results} == set(doctor.READS)
+
+
+def test_the_doctor_parses_tenant_text_only_through_the_operators_own_functions() -> None:
+    """What the doctor reads from tenants' objects (scheduler.conf, slurm.conf, args, pods) is parsed by
+    the operator's core functions, with their bounds: the doctor's reader imports no parser of its own."""
+    import ast
+    from pathlib import Path
+
+    source = Path(gather.__file__).read_text()
+    imported = {a.name.split(".")[0] for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module.split(".")[0] for n in ast.walk(ast.parse(source))
+                 if isinstance(n, ast.ImportFrom) and n.module and n.level == 0}
+    assert not imported & {"yaml", "json", "re", "shlex", "base64", "zlib", "orjson", "msgspec"}, imported
 
 
 async def test_broken_reads_become_failing_checks() -> None:
@@ -173,13 +212,18 @@ def with_slurm(partition: str | None = "sandboxes", token: str | None = None, ur
     return kube, gather.Target(target.spec, NS, None, target.token, slurm_token=(NS, "slurm-jwt", "token"))
 
 
-async def test_slurm_is_asked_for_the_partition_with_its_own_token_where_allowed() -> None:
-    fake = FakeSlurm(FakeClock(), tokens={jwt(): "k8sop"})
+@pytest.mark.parametrize("release", list(RELEASES))
+async def test_slurm_is_asked_for_the_partition_with_its_own_token_where_allowed(release) -> None:
+    fake = FakeSlurm(FakeClock(), release, tokens={jwt(): "k8sop"})
     allowed = TenancyPolicy(allowed_slurm_urls=(SLURM,))
     kube, target = with_slurm()
     obs = await gather.gather(kube, target, allowed, make_runner=Runners(), make_slurm=fake.client_factory())
-    assert {r.id: r for r in doctor.evaluate(obs)}["partition"].ok is True
-    assert fake.log == [("/slurm/v0.0.38/partition/sandboxes", "", 200)]
+    results = {r.id: r for r in doctor.evaluate(obs)}
+    assert results["partition"].ok is True and results["slurm-token"].ok is True
+    assert f"REST {NEWEST[release]} (negotiated)" in results["partition"].detail
+    probes = {"22.05": 7, "24.11": 4, "26.05": 1}[release]   # GET ping from v0.0.45 down to the first served
+    assert [p for p, _, _ in fake.log][:probes] == [f"/slurm/{v}/ping" for v in KNOWN[:probes]]
+    assert fake.log[probes:] == [(f"/slurm/{NEWEST[release]}/partition/sandboxes", "", 200)]
     kube, target = with_slurm("nosuch")
     obs = await gather.gather(kube, target, allowed, make_runner=Runners(), make_slurm=fake.client_factory())
     r = {r.id: r for r in doctor.evaluate(obs)}["partition"]
@@ -199,3 +243,11 @@ async def test_the_slurm_token_goes_nowhere_unless_allowed_and_sound() -> None:
                               make_slurm=fake.client_factory())
     assert obs.slurm is not None and obs.slurm.error == "token" and "expired" in obs.slurm.detail
     assert fake.log == []
+    kube, target = with_slurm(token=f"SLURM_JWT={jwt()}\nDB_PASSWORD=hunter2")  # an env file: no header carries it
+    obs = await gather.gather(kube, target, TenancyPolicy(allowed_slurm_urls=(SLURM,)), make_runner=Runners(),
+                              make_slurm=fake.client_factory())
+    results = {r.id: r for r in doctor.evaluate(obs)}
+    assert obs.slurm is not None and obs.slurm.error == "credentials" and fake.log == []
+    assert results["partition"].ok is False and results["slurm-token"].ok is False
+    assert "Secret tenant-slurm/slurm-jwt key token cannot be sent" in results["slurm-token"].detail
+    assert "hunter2" not in repr(results) and "Illegal header" not in repr(results)

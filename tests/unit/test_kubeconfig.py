@@ -256,3 +256,49 @@ def test_run_without_credentials_says_so_in_one_line_and_exits_2(tmp_path: Path)
     assert out.returncode == 2, out.stderr[-3000:]
     assert "Traceback" not in out.stderr and out.stderr.count("\n") == 1, out.stderr
     assert f"cannot read the kubeconfig {tmp_path / 'absent'}" in out.stderr and "KUBECONFIG" in out.stderr
+
+
+def _without_the_client(argv: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
+    """A console entry point run where the kubernetes client is not installed (`None` in
+    sys.modules is the import system's "not installed"), as in the image."""
+    code = ("import sys\nsys.modules['kubernetes'] = None\n"
+            f"from {argv[0]} import {argv[1]} as entry\nsys.argv[0] = {argv[2]!r}\n"
+            f"sys.exit(entry({argv[3:]!r}))\n")
+    return subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={"PYTHONPATH": str(ROOT / "operator"), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
+                               "KUBECONFIG": str(tmp_path / "config")})
+
+
+@pytest.mark.parametrize("user, named", [
+    ({"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": "cloud-login"}}, "user.exec"),
+    ({"auth-provider": {"name": "oidc", "config": {"id-token": "s3cret"}}}, "user.auth-provider"),
+])
+@pytest.mark.parametrize("entry", [
+    ["sunk_sandbox_operator.__main__", "main", "sunk-sandbox-operator", "run"],
+    ["sunk_sandbox_operator.doctor", "kubectl_plugin", "kubectl-ssb", "doctor", "tenant-slurm/b"],
+], ids=["run", "kubectl-ssb doctor"])
+def test_without_the_client_a_kubeconfig_that_needs_it_says_which_extra_in_one_line(
+        tmp_path: Path, user: dict, named: str, entry: list[str]) -> None:
+    (tmp_path / "config").write_text(yaml.safe_dump(doc({"server": "https://127.0.0.1:6443"}, user)))
+    out = _without_the_client(entry, tmp_path)
+    assert out.returncode == 2, out.stderr[-3000:]
+    assert "Traceback" not in out.stderr and out.stderr.count("\n") == 1, out.stderr
+    assert f"the kubeconfig {tmp_path / 'config'} ({named}) needs the kubernetes client" in out.stderr
+    assert "pip install 'sunk-sandbox-operator[exec-auth]'" in out.stderr and "s3cret" not in out.stderr
+
+
+def test_without_the_client_a_simple_kubeconfig_is_read_as_before(tmp_path: Path) -> None:
+    """The client is needed for what this module does not read, nothing else: a token kubeconfig
+    gets as far as the API server (none answers here)."""
+    (tmp_path / "config").write_text(yaml.safe_dump(doc({"server": "https://127.0.0.1:1"}, {"token": "t"})))
+    out = _without_the_client(["sunk_sandbox_operator.doctor", "kubectl_plugin", "kubectl-ssb", "doctor",
+                               "tenant-slurm/b"], tmp_path)
+    assert out.returncode == 2 and "kubernetes client" not in out.stderr, out.stderr
+    # The connection error itself (its address is quoted text, which core.redact.describe drops).
+    assert "ClientConnectorError: Connect call failed" in out.stderr, out.stderr
+
+
+def test_merged_kubeconfig_files_without_the_client_say_so(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "kubernetes", None)  # not installed
+    with pytest.raises(ConfigError, match=r"several files in KUBECONFIG needs the kubernetes client.*\[exec-auth\]"):
+        kubeconfig.load({"KUBECONFIG": f"{tmp_path / 'a'}:{tmp_path / 'b'}"})

@@ -368,7 +368,7 @@ def test_admin_endpoints(emu: EmulatorThread) -> None:
     created = HTTP.post(f"{emu.url}/_emulator/runners/r-new", json={"policy": None}).json()
     assert created["policy"] is None and created["etag"]
     state = HTTP.get(f"{emu.url}/_emulator/state").json()
-    assert set(state) == {"runners", "write_log", "call_log", "knobs"}
+    assert set(state) == {"runners", "write_log", "call_log", "co_writer_log", "knobs"}
     assert state["runners"]["r-set"]["policy"] == {"by": "other"}
     assert [(w["runner_id"], w["who"]) for w in state["write_log"]] == [("r-set", "other-admin"), ("r-new", "other-admin")]
     assert state["call_log"][-1]["method"] == "GetManagedRunner" and state["call_log"][-1]["code"] == "ok"

@@ -4,6 +4,7 @@ roll the scheduler, keep grants, lose races and merge, report problems, restore)
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 import pytest
 
@@ -468,6 +469,27 @@ async def test_grants_follow_the_list(harness) -> None:
     await h.run_until_idle()
     assert listed(h) == ["ds-a", "slurm"] and sorted(_rolebindings(h)) == ["ds-a"]
     assert h.kube.count("list_rolebindings") == 1            # the signalled sync trusted what it knew
+
+
+async def test_grants_go_only_where_the_admin_allows_and_nowhere_by_default(harness) -> None:
+    """Finding 5 over the fakes: a tenant names another tenant's namespace (`victim`) among its sandbox
+    namespaces and asks for grants. Under the shipped default (no --allow-grant) no RoleBinding is made
+    anywhere and ScopeSynced says why; with the admin's bound, only namespaces inside it get one, and a
+    grant made before the bound was narrowed is removed."""
+    h = harness(scope_window_seconds=0.0, allowed_grants={})
+    spec = {"sandboxNamespaces": {"names": ["ds-*", "victim"]}, "scope": {"grantClusterRole": "sunk-scheduler"}}
+    state = world(h, namespaces=("slurm", "ds-a", "victim"), **spec)
+    part = await scope.sync(h.ctx, state)
+    assert (part.status, part.reason) == ("False", "GrantsNotAllowed") and "--allow-grant" in part.message
+    assert _rolebindings(h) == {} and h.kube.count("create_rolebinding") == 0
+    assert listed(h) == ["ds-a", "slurm", "victim"]          # the list itself is the tenant's own target
+    bounded = harness(scope_window_seconds=0.0, allowed_grants={"slurm": ("ds-*",)})
+    state = world(bounded, namespaces=("slurm", "ds-a", "victim"), **spec)
+    part = await scope.sync(bounded.ctx, state)
+    assert sorted(_rolebindings(bounded)) == ["ds-a"] and part.reason == "Synced"
+    bounded.ctx.tenancy = replace(bounded.ctx.tenancy, grants={})  # the admin takes it back: ours go
+    part = await scope.sync(bounded.ctx, state)
+    assert _rolebindings(bounded) == {} and part.reason == "GrantsNotAllowed"
 
 
 @pytest.mark.parametrize("rules, reviewed", [

@@ -52,7 +52,7 @@ def obs(values=("slurm",), sandbox=("ds-a",), *, added=(), preexisting=("slurm",
                                 sandbox=frozenset(sandbox), always=(), preexisting=preexisting, added=tuple(added),
                                 observe=observe, others=others, own_namespace="slurm")
     base = dict(roll=ROLL, service_account=("slurm", "sa"), now_iso=WALL, workloads=(dep(),),
-                grantable=frozenset(sandbox), live=frozenset(sandbox))
+                grantable=frozenset(sandbox), live=frozenset(sandbox), may_grant=frozenset(sandbox))
     return sp.SyncObservation(scope, OWNER, **{**base, **kw})
 
 
@@ -445,6 +445,30 @@ def test_grant_outcomes() -> None:
     assert listing.grants is None and listing.grants_problem == ("Forbidden", "the operator may not list RoleBindings: "
                                                                  "denied")
     assert so.grants_event("u1", "", ["a"], ["b"]).endswith("to ClusterRole -: created in a; removed from b")
+
+
+def test_grants_only_inside_the_admins_bound_and_none_without_one() -> None:
+    """Finding 5: a RoleBinding for the ServiceAccount the binding picked is made only in a namespace the
+    admin's --allow-grant gives its namespace (`may_grant`); with no bound at all, none is made, those
+    held are removed, and ScopeSynced says so naming the setting."""
+    o = obs(values=("ds-a", "victim", "slurm"), sandbox=("ds-a", "victim"), grant_role="sched-role", found=(),
+            may_grant=frozenset({"ds-a"}))
+    plan = sp.decide_sync(o, mem(grants=None), NOW)
+    assert plan.grants is not None and plan.grants.to_create == ["ds-a"]
+    assert [b["metadata"]["namespace"] for b in plan.create] == ["ds-a"]
+    unbounded = obs(values=("ds-a", "slurm"), added=("ds-a",), grant_role="sched-role", periodic=True,
+                    found=(grant("ds-a"),), grants_bounded=False, may_grant=frozenset())
+    plan = sp.decide_sync(unbounded, mem(grants=frozenset({"ds-a"})), NOW)
+    assert plan.grants is not None and plan.grants.to_create == [] and \
+        [ns for ns, _, _ in plan.grants.to_delete] == ["ds-a"]
+    out = so.outcome(unbounded, plan, so.Done(deleted=(so.GrantResult("ds-a"),)), prev=None, now=WALL)
+    assert out.report.reason == "GrantsNotAllowed" and out.report.status == "False"
+    assert "--allow-grant" in out.report.message and out.memory.grants == frozenset()
+    # denied outside the bound: the fix names the bound, not grantClusterRole (already set)
+    denied = replace(o, found=None)
+    plan = sp.decide_sync(denied, mem(permits=rbac.Permits(SA, False, denied=frozenset({"victim"}))), NOW)
+    out = so.outcome(denied, plan, so.Done(answers=so.Answers(False, None, {"victim": False})), prev=None, now=WALL)
+    assert out.report.reason == "SchedulerNotPermitted" and "victim are outside where" in out.report.message
 
 
 # ---------------------------------------------------------------- the scheduler's RBAC reviews

@@ -30,7 +30,6 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from sunk_sandbox_operator.api.keys import SCOPE_HASH_ANNOTATION, SCOPE_LEDGER_ANNOTATION
 from sunk_sandbox_operator.controller import scope, watch
-from sunk_sandbox_operator.controller.config import Config
 from sunk_sandbox_operator.controller.failpoints import EXIT_CODE, NAMES as ALL_FAILPOINTS, Failpoints
 from sunk_sandbox_operator.controller.status_writer import flush
 from sunk_sandbox_operator.core import ledger as lg
@@ -92,7 +91,7 @@ class ScopeShell(RuleBasedStateMachine):
         old = self.harness
         if old is not None and not dead:
             self.run(old.close())
-        h = Harness(config=Config(), kube=self.kube)
+        h = Harness(kube=self.kube)
         h.clock.now = at
         h.ctx.namespaces.load(h.kube.store["namespaces"].values())
         stored = self.kube.store["bindings"].get(("slurm", "b"))

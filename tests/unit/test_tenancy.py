@@ -274,6 +274,30 @@ def test_the_bound_is_a_setting(monkeypatch) -> None:
     assert config.load().tenancy() == t.TenancyPolicy()
 
 
+def test_grants_are_bounded_per_binding_namespace_by_the_admin(monkeypatch) -> None:
+    """--allow-grant NS=NAMESPACES (SSB_ALLOWED_GRANTS): nowhere by default; per binding namespace (a
+    glob) the namespaces (globs) its bindings may grant in; `*=*` trusts every binding author."""
+    import argparse
+
+    from sunk_sandbox_operator.controller import config
+
+    assert t.TenancyPolicy().grant_bound("tenant-slurm") is None and config.load().tenancy().grants == {}
+    monkeypatch.setenv("SSB_ALLOWED_GRANTS", "tenant-slurm=ds-*,tenant-slurm;team-*=team-sbx-*")
+    policy = config.load().tenancy()
+    bound = policy.grant_bound("tenant-slurm")
+    assert bound is not None and bound("ds-alice") and bound("tenant-slurm") and not bound("team-sbx-1")
+    team = policy.grant_bound("team-a")
+    assert team is not None and team("team-sbx-1") and not team("ds-alice")
+    assert policy.grant_bound("other-tenant") is None
+    monkeypatch.delenv("SSB_ALLOWED_GRANTS")
+    args = argparse.Namespace(allow_grant=["tenant-slurm=ds-*", "*=shared-*"])
+    flagged = config.tenancy_from_flags(args, lambda msg: None)
+    assert flagged.grants == {"tenant-slurm": ("ds-*",), "*": ("shared-*",)}
+    both = flagged.grant_bound("tenant-slurm")
+    assert both is not None and both("ds-a") and both("shared-1") and not both("victim")
+    monkeypatch.delenv("SSB_ALLOWED_GRANTS")  # tenancy_from_flags set it for this process
+
+
 async def test_the_controller_bounds_every_bindings_matcher(harness) -> None:
     h = harness(sandbox_namespace_selector="sunk.coreweave.com/sandbox=true")
     state = h.binding(binding_body(sandboxNamespaces={"names": ["ds-*"]}))

@@ -23,8 +23,13 @@ app.kubernetes.io/name: sunk-sandbox-operator
 app.kubernetes.io/component: operator
 {{- end -}}
 
+{{/* By digest when one is given and no tag is (a released chart pins its image), else by tag. */}}
 {{- define "ssb.image" -}}
+{{- if and .Values.image.digest (not .Values.image.tag) -}}
+{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{- else -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
 {{- end -}}
 
 {{/* The operator's ServiceAccount as an RBAC subject. */}}

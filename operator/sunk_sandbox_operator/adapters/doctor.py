@@ -2,9 +2,11 @@
 
 Reads only. The Kube it is handed has its write gate shut (`writable` False), so no write can
 leave this process whatever a bug does; SubjectAccessReviews are answered and forgotten by the API
-server (nothing is stored). The runner token is read from its Secret, checked like the operator
-checks it (an empty value is not sent) and sent only to an API URL the operator's settings allow
-(core/tenancy.py), in one GetManagedRunner; the Slurm JWT likewise (checked offline first, as the
+server (nothing is stored). For a binding the operator's settings refuse (core/tenancy.py), nothing
+is read beyond the binding itself, as the operator reads nothing for it: no Secret, no namespace the
+refused spec names, no request to any URL. The runner token is read from its Secret, checked like the
+operator checks it (an empty value is not sent) and sent only to an API URL the operator's settings
+allow, in one GetManagedRunner; the Slurm JWT likewise (checked offline first, as the
 operator does, then one GET of the partition, or a ping) only to an allowed slurmrestd URL; neither
 appears in any message. Everything the checks decide is in core/doctor.py; nothing here decides.
 """
@@ -22,10 +24,12 @@ from ..api.spec import BindingSpec
 from ..core import doctor_facts as f
 from ..core import node_room as room
 from ..core import scope as sc
-from ..core import scope_doc, selectors, slurm, tenancy
+from ..core import scope_doc, slurm, tenancy
 from ..core.pods import decode_pod
+from ..core.redact import describe
 from ..core.scheduler import Discovery, discover, scheduler_conf_location
 from . import grants, kube as k
+from . import scheduler as sched
 from .bounded import gather_bounded
 from . import slurmrest as sr
 from ..core.quantity import parse_quantity
@@ -50,7 +54,7 @@ class Target:
 
 
 RunnerFactory = Callable[[str, Callable[[], Awaitable[str]]], Any]
-SlurmFactory = Callable[[str, str], Any]
+SlurmFactory = Callable[[str, "str | None"], Any]
 
 
 def runner_client(url: str, token: Callable[[], Awaitable[str]]) -> rc.RunnerClient:
@@ -58,27 +62,22 @@ def runner_client(url: str, token: Callable[[], Awaitable[str]]) -> rc.RunnerCli
     return rc.RunnerClient(url, token, timeout=10.0, max_retries=1, backoff_max=1.0)
 
 
-def slurm_client(url: str, api_version: str) -> sr.SlurmClient:
+def slurm_client(url: str, api_version: str | None) -> sr.SlurmClient:
     return sr.SlurmClient(url, api_version, timeout=10.0)
 
 
 def _denied(what: str, exc: Exception) -> str:
-    return f"these credentials may not {what}: {exc}"
+    return f"these credentials may not {what}: {describe(exc)}"
 
 
 async def _scheduler(kube: k.KubeAPI, t: Target) -> tuple[Discovery, list[dict], str | None]:
-    """Discovery over the scheduler namespace's pods and ConfigMaps (and those ConfigMaps)."""
-    ns = t.spec.scheduler_namespace(t.namespace)
-    pod_selector = t.spec.scheduler.pod_selector
-    text = selectors.to_label_selector_string(pod_selector)
-    try:
-        pods = await kube.list_pods(ns, text or None)
-        cms = await kube.list_configmaps(ns)
-    except k.Forbidden as exc:
-        return discover(t.spec, t.namespace, [], []), [], _denied(f"list pods and ConfigMaps in {ns}", exc)
-    if text is None:  # not expressible server-side: filter here
-        pods = [p for p in pods if selectors.matches(pod_selector, (p.get("metadata") or {}).get("labels"))]
-    return discover(t.spec, t.namespace, pods, cms), cms, None
+    """Discovery over the scheduler namespace's pods and ConfigMaps (and those ConfigMaps), read and
+    parsed as the operator reads and parses them (adapters/scheduler.py, core/scheduler.py)."""
+    objs = await sched.read(kube, t.spec.scheduler_namespace(t.namespace), t.spec.scheduler.pod_selector)
+    if objs.error:  # its wording names the operator's RoleBindings: the doctor runs with other credentials
+        denied = f"these credentials may not list pods and ConfigMaps in {objs.namespace}"
+        return discover(t.spec, t.namespace, [], []), [], denied
+    return discover(t.spec, t.namespace, objs.pods, objs.configmaps), objs.configmaps, None
 
 
 def _scope(t: Target, d: Discovery, cms: list[dict]) -> f.Scope | None:
@@ -171,7 +170,7 @@ async def _node_room(kube: k.KubeAPI, name: str) -> room.NodeRoom:
     try:
         node = await kube.get_node(name)
     except (k.NotFound, k.Forbidden) as exc:
-        error = f"Node {name}: {exc}"
+        error = f"Node {name}: {describe(exc)}"
     try:
         pods = await kube.list_pods_everywhere(field_selector=f"spec.nodeName={name}")
     except k.Forbidden as exc:
@@ -192,7 +191,7 @@ async def _nodes(kube: k.KubeAPI, t: Target) -> tuple[tuple[room.NodeRoom, ...],
     found = await gather_bounded((_node_room(kube, n) for n in nodes), CONCURRENCY)
     rooms = [r for r in found if isinstance(r, room.NodeRoom)]
     failed = next((r for r in found if isinstance(r, Exception)), None)
-    return tuple(rooms), len(pods), str(failed) if failed is not None else None
+    return tuple(rooms), len(pods), describe(failed) if failed is not None else None
 
 
 async def _runner(kube: k.KubeAPI, t: Target, policy: tenancy.TenancyPolicy, make: RunnerFactory) -> f.Runner | None:
@@ -239,26 +238,36 @@ async def _secret(kube: k.KubeAPI, ref: tuple[str, str, str]) -> tuple[str, str]
 
 
 async def _slurm(kube: k.KubeAPI, t: Target, policy: tenancy.TenancyPolicy, make: SlurmFactory,
-                 now: Callable[[], float]) -> tuple[slurm.SlurmObservation | None, str | None]:
+                 now: Callable[[], float]) -> tuple[slurm.SlurmObservation | None, str | None, int | None]:
     """The binding's own request to slurmrestd, as the operator makes it (controller/slurm.py): its
-    partition, or a ping; (None, why) when the URL is not one the operator allows."""
+    partition, or a ping, at the spec's API version or a negotiated one; (None, why) when the URL is
+    not one the operator allows. Third: the token's `exp`, whatever it says (the slurm-token check)."""
     rest = t.spec.slurm.rest_api
     if rest is None or t.slurm_token is None:
-        return None, None
+        return None, None, None
     url, partition = rest.url.rstrip("/"), t.spec.partition
     if not tenancy.url_allowed(rest.url, policy, policy.allowed_slurm_urls):
         return None, (f"{rest.url} is not a slurmrestd URL the operator allows (allowed: "
-                      f"{', '.join(policy.allowed_slurm_urls) or 'none'}; --allowed-slurm-url / SSB_ALLOWED_SLURM_URLS)")
+                      f"{', '.join(policy.allowed_slurm_urls) or 'none'}; --allowed-slurm-url / SSB_ALLOWED_SLURM_URLS)"), None
+    ns, name, key = t.slurm_token
+    where = f"Secret {ns}/{name} key {key}"
 
-    def fail(kind: str, detail: str) -> slurm.SlurmObservation:
-        return slurm.SlurmObservation(url, rest.user, partition, error=kind, detail=detail)
+    def seen(client: Any = None, **kw: Any) -> slurm.SlurmObservation:
+        versioned = {} if client is None else {"api_version": client.api_version, "negotiated": client.negotiated,
+                                               "release": client.release}
+        return slurm.SlurmObservation(url, rest.user, partition, token_where=where, **versioned, **kw)
 
     value, missing = await _secret(kube, t.slurm_token)
     if missing:
-        return fail("credentials", missing), None
+        return seen(error="credentials", detail=missing), None, None
+    unsendable = slurm.header_problem(value)
+    if unsendable is not None:
+        return seen(error="credentials", detail=f"the value of {where} cannot be sent: {unsendable}"), None, None
     problem = slurm.token_problem(value, rest.user, now())
     if problem is not None:
-        return fail("token", problem), None
+        return seen(error="token", detail=f"{problem} ({where})"), None, None
+    exp = slurm.token_expiry(value)
+    soon = exp if slurm.expiring(exp, now()) else None
 
     async def token() -> str:
         return value
@@ -267,10 +276,10 @@ async def _slurm(kube: k.KubeAPI, t: Target, policy: tenancy.TenancyPolicy, make
         answer = await (client.partition(partition, rest.user, token) if partition is not None
                         else client.ping(rest.user, token))
     except sr.SlurmError as exc:
-        return fail(sr.kind(exc), str(exc)), None
+        return seen(client, error=sr.kind(exc), detail=describe(exc), token_expires=soon), None, exp
     finally:
         await client.aclose()
-    return slurm.SlurmObservation(url, rest.user, partition, answer=answer), None
+    return seen(client, answer=answer, token_expires=soon), None, exp
 
 
 async def gather(kube: k.KubeAPI, t: Target, policy: tenancy.TenancyPolicy, *,
@@ -279,12 +288,15 @@ async def gather(kube: k.KubeAPI, t: Target, policy: tenancy.TenancyPolicy, *,
     kube.writable = lambda: False  # reads only: every write of Kube checks this gate first
     spec = t.spec
     violations = tuple(v.text() for v in tenancy.violations(spec, t.namespace, policy)) if t.binding else ()
+    if violations:  # the operator reads, asks and sends nothing for a binding it refuses: neither does the doctor
+        return f.Observation(binding=t.binding, scheduler_namespace=spec.scheduler_namespace(t.namespace),
+                             discovery=None, violations=violations)
     d, cms, sched_error = await _scheduler(kube, t)
     names, how, pods, pods_error = await _sandbox(kube, t, policy)
     folded = _fold_pods(pods)
     access = await _access(kube, d, names) if sched_error is None else None
     nodes, slurmd, nodes_error = await _nodes(kube, t)
-    slurm_obs, slurm_refused = await _slurm(kube, t, policy, make_slurm, now)
+    slurm_obs, slurm_refused, slurm_exp = await _slurm(kube, t, policy, make_slurm, now)
     if t.sandbox_request is not None:
         need, need_how = t.sandbox_request, "--sandbox-requests"
     elif folded.largest is not None:
@@ -299,4 +311,4 @@ async def gather(kube: k.KubeAPI, t: Target, policy: tenancy.TenancyPolicy, *,
         nodes_error=nodes_error, sandbox_request=need, sandbox_request_how=need_how,
         client_annotations=tuple(spec.client_annotations),
         runner=await _runner(kube, t, policy, make_runner), partition=spec.partition,
-        slurm=slurm_obs, slurm_refused=slurm_refused)
+        slurm=slurm_obs, slurm_refused=slurm_refused, slurm_token_exp=slurm_exp, now=now())

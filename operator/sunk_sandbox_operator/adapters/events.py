@@ -15,6 +15,7 @@ import os
 import socket
 from typing import Callable, Protocol
 
+from ..core.redact import clean
 from . import kube as k
 
 log = logging.getLogger("sunk_sandbox_operator")
@@ -72,11 +73,12 @@ class KubeEventSink:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
 
-def safe(sink: EventSink) -> Callable[[dict, str, str, str], None]:
-    """Events are best effort: a failing sink never breaks a reconcile."""
+def safe(sink: EventSink, redact: Callable[[str], str] = lambda text: text) -> Callable[[dict, str, str, str], None]:
+    """Events are best effort: a failing sink never breaks a reconcile. Each message is one line,
+    bounded, and `redact`ed (a known secret value replaced: core/redact.py) before it leaves."""
     def post(body: dict, kind: str, reason: str, message: str) -> None:
         try:
-            sink(body, kind, reason, message)
+            sink(body, kind, reason, redact(clean(message, MAX_MESSAGE)))
         except Exception:
             log.debug("event %s not posted", reason, exc_info=True)
     return post

@@ -6,7 +6,8 @@ in-cluster ServiceAccount and for kubeconfig entries made only of those fields: 
 never imports the client starts with 0.17 CPU-s and 10 MiB less (`__main__.import_kopf`).
 Any other entry (an exec plugin, an auth-provider, basic auth, a proxy, a TLS server name, several
 files in KUBECONFIG) goes to the client's own loader, imported then, so every kubeconfig works as
-it did before.
+it did before. The client is the `exec-auth` extra (not in the image, where the ServiceAccount is
+read here): without it such a kubeconfig is a one-line ConfigError naming the field and the extra.
 
 Same rules as the client: in a pod (KUBERNETES_SERVICE_HOST set) and no KUBECONFIG, in-cluster;
 else KUBECONFIG or ~/.kube/config, its current context; relative paths from the file's directory.
@@ -25,8 +26,12 @@ from typing import Any, Callable, Mapping
 
 import yaml
 
+from ..core.redact import describe
+
 IN_CLUSTER_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 DEFAULT_KUBECONFIG = "~/.kube/config"
+# What installs the kubernetes client, whose loader reads the entries this module does not.
+CLIENT_EXTRA = "pip install 'sunk-sandbox-operator[exec-auth]'"
 
 # The kubeconfig fields read here; an entry with any other field goes to the client's loader.
 CLUSTER_FIELDS = frozenset({"server", "certificate-authority", "certificate-authority-data",
@@ -80,16 +85,17 @@ def load(environ: Mapping[str, str] | None = None) -> Access:
     files = env.get("KUBECONFIG") or DEFAULT_KUBECONFIG
     paths = [p for p in files.split(os.pathsep) if p]
     if len(paths) != 1:
-        return _from_client(files)  # several files are merged: the client's rules
+        return _from_client(files, "several files in KUBECONFIG")  # merged: the client's rules
     path = Path(paths[0]).expanduser()
     try:
         doc = yaml.safe_load(path.read_text())
     except OSError as exc:
-        raise ConfigError(f"cannot read the kubeconfig {path}: {exc.strerror or exc}") from None
+        raise ConfigError(f"cannot read the kubeconfig {path}: {exc.strerror or describe(exc)}") from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"the kubeconfig {path} is not YAML: {exc}") from None
+        # Said without yaml's snippet of the document: that line may be the token's.
+        raise ConfigError(f"the kubeconfig {path} is not YAML: {describe(exc)}") from None
     access = from_kubeconfig(doc, path.parent)
-    return access if access is not None else _from_client(str(path))
+    return access if access is not None else _from_client(str(path), f"the kubeconfig {path} ({unread(doc)})")
 
 
 def in_cluster(env: Mapping[str, str], directory: Path = IN_CLUSTER_DIR) -> Access:
@@ -172,22 +178,39 @@ def _read_token(path: Path) -> str:
     try:
         token = path.read_text().strip()
     except OSError as exc:
-        raise ConfigError(f"cannot read the token file {path}: {exc.strerror or exc}") from None
+        raise ConfigError(f"cannot read the token file {path}: {exc.strerror or describe(exc)}") from None
     if not token:
         raise ConfigError(f"the token file {path} is empty")
     return token
 
 
-def _from_client(files: str) -> Access:
-    """The kubernetes client's loader (exec plugins, auth-providers, merged files), imported now."""
-    import kubernetes.config
-    from kubernetes.client.configuration import Configuration
+def unread(doc: Any) -> str:
+    """Why `from_kubeconfig` passed `doc` on, for the message when the client is missing: the
+    current context's fields this module does not read (names only: a value may be a secret)."""
+    context = _named(doc, "contexts", doc.get("current-context"), "context") if isinstance(doc, dict) else None
+    if not isinstance(context, dict):
+        return "no current context"
+    cluster = _named(doc, "clusters", context.get("cluster"), "cluster")
+    user = _named(doc, "users", context.get("user"), "user") if context.get("user") else {}
+    fields = [f"user.{k}" for k in sorted(user) if k not in USER_FIELDS] if isinstance(user, dict) else []
+    fields += [f"cluster.{k}" for k in sorted(cluster) if k not in CLUSTER_FIELDS] if isinstance(cluster, dict) else []
+    return ", ".join(fields) or "fields only the client's loader combines"
+
+
+def _from_client(files: str, why: str) -> Access:
+    """The kubernetes client's loader (exec plugins, auth-providers, merged files), imported now;
+    `why` names what needs it, for the one line said when the client is not installed."""
+    try:
+        import kubernetes.config
+        from kubernetes.client.configuration import Configuration
+    except ImportError:
+        raise ConfigError(f"{why} needs the kubernetes client, which is not installed: {CLIENT_EXTRA}") from None
 
     cfg = Configuration()
     try:
         kubernetes.config.load_kube_config(config_file=files, client_configuration=cfg)
     except kubernetes.config.ConfigException as exc:
-        raise ConfigError(str(exc)) from None
+        raise ConfigError(describe(exc)) from None
 
     def authorization() -> str | None:  # the client's refresh hook runs here (an exec plugin's token)
         auth = cfg.auth_settings().get("BearerToken")

@@ -15,6 +15,7 @@ from typing import Any, AsyncIterator, Callable, Mapping
 import aiohttp
 import orjson  # parses watch events and LIST pages 3-4x faster than json: the pod watch's main cost
 
+from ..core.redact import describe
 from . import kube as k
 from .kubeconfig import Access
 
@@ -78,7 +79,7 @@ class KubeHTTP:
                     raise _error(resp.status, answer)
                 return (decode or orjson.loads)(answer) if answer else {}
         except aiohttp.ClientError as exc:  # a dropped or refused connection: transient, like a 503
-            raise ApiStatus(503, f"{type(exc).__name__}: {exc}") from None
+            raise ApiStatus(503, describe(exc)) from None
 
     async def get(self, path: str, params: Mapping[str, str], headers: Mapping[str, str] | None = None,
                   timeout: float = 60.0, decode: Callable[[bytes], dict] | None = None) -> dict:

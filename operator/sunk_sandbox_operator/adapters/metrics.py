@@ -16,6 +16,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from ..api.reasons import ConditionType, PolicySynced
+
 STATUSES = ("True", "False", "Unknown")
 
 
@@ -62,11 +64,17 @@ class BindingCollector:
                                        labels=["binding"])
         condition = GaugeMetricFamily("ssb_condition", "Binding condition status (1 for the current status).",
                                       labels=["binding", "condition", "status"])
+        elsewhere = GaugeMetricFamily(
+            "ssb_policy_managed_elsewhere", "1 while the operator does not write the binding's runner policy because "
+            "another writer kept removing its keys (PolicySynced PolicyManagedElsewhere), else 0.", labels=["binding"])
         for sample in self.source():
             for attr, family in counters.items():
                 family.add_metric([sample.ref], getattr(sample.counters, attr))
             if sample.counters.scope_namespaces is not None:
                 namespaces.add_metric([sample.ref], sample.counters.scope_namespaces)
+            stopped = any(c.get("type") == ConditionType.POLICY_SYNCED and c.get("reason") == PolicySynced.MANAGED_ELSEWHERE
+                          for c in sample.conditions)
+            elsewhere.add_metric([sample.ref], 1.0 if stopped else 0.0)
             for cond in sample.conditions:
                 for status in STATUSES:
                     condition.add_metric([sample.ref, cond.get("type", ""), status],
@@ -74,6 +82,7 @@ class BindingCollector:
         yield from counters.values()
         yield namespaces
         yield condition
+        yield elsewhere
 
 
 class Metrics:

@@ -8,6 +8,7 @@ from ..api.keys import SCOPE_GENERATION_ANNOTATION, SCOPE_HASH_ANNOTATION, SCOPE
 from ..api.reasons import grant_targets
 from ..api.spec import LabelSelector
 from ..core import selectors
+from ..core.redact import describe
 from . import kube as k
 
 
@@ -28,7 +29,7 @@ async def read(kube: k.KubeAPI, namespace: str, pod_selector: LabelSelector) -> 
     try:
         pods = await kube.list_pods(namespace, selector or None)
     except k.Forbidden as exc:  # cluster-wide in manifests/rbac.yaml
-        out.error = f"the operator may not list pods in {namespace}: {exc}; check manifests/rbac.yaml"
+        out.error = f"the operator may not list pods in {namespace}: {describe(exc)}; check manifests/rbac.yaml"
         return out
     if selector is None:  # not expressible server-side: filter here
         pods = [p for p in pods if selectors.matches(pod_selector, p["metadata"].get("labels"))]
@@ -36,7 +37,7 @@ async def read(kube: k.KubeAPI, namespace: str, pod_selector: LabelSelector) -> 
     try:
         out.configmaps = await kube.list_configmaps(namespace)
     except k.Forbidden as exc:  # per namespace (manifests/rbac-targets.yaml)
-        out.error = f"the operator may not list ConfigMaps in {namespace}: {exc}; {grant_targets(namespace)}"
+        out.error = f"the operator may not list ConfigMaps in {namespace}: {describe(exc)}; {grant_targets(namespace)}"
     return out
 
 

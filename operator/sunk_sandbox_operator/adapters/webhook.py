@@ -25,6 +25,8 @@ from typing import Awaitable, Callable
 
 from aiohttp import web
 
+from ..core.redact import describe
+
 log = logging.getLogger("sunk_sandbox_operator")
 
 PATH = "/validate"
@@ -82,7 +84,7 @@ class WebhookServer:
             body = await request.json()
             answer = await self.review(body)
         except ValueError as exc:  # not JSON, or not an AdmissionReview
-            return web.json_response({"error": str(exc)}, status=400)
+            return web.json_response({"error": describe(exc)}, status=400)
         except Exception:  # noqa: BLE001 - the API server treats it per failurePolicy (Ignore: allowed)
             log.exception("admission review failed")
             return web.json_response({"error": "internal error"}, status=500)

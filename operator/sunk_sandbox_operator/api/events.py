@@ -25,6 +25,7 @@ class EventReason(StrEnum):
     POLICY_UPDATED = "PolicyUpdated", "Normal", "the runner policy was written: the fields that changed"
     DRIFT_CORRECTED = "DriftCorrected", "Normal", "a field the binding owns was changed in the runner policy by someone else and put back"
     POLICY_RESTORED = "PolicyRestored", "Normal", "deletion with Restore: the owned fields were put back to their previous values"
+    POLICY_WRITES_STOPPED = "PolicyWritesStopped", "Warning", "another writer kept removing the binding's keys from the runner policy: the operator stopped writing it (once per stop; PolicySynced `PolicyManagedElsewhere` says what that owner must carry)"
     RUNNER_GONE = "RunnerGone", "Normal", "deletion with Restore: the runner no longer exists, nothing to restore in its policy"
     SCOPE_UPDATED = "ScopeUpdated", "Normal", "the watched-namespace list was written: the names added and removed"
     SCOPE_RESTORED = "ScopeRestored", "Normal", "the binding's names left a target (deletion with Restore, or a switch of target)"
@@ -40,6 +41,7 @@ class EventReason(StrEnum):
     NON_NUMERIC_USER_ID = "NonNumericUserId", "Warning", "`sunk.coreweave.com/user-id` on a sandbox pod is not a numeric UID"
     GRACE_TOO_LONG = "GraceTooLong", "Warning", "a sandbox pod's grace period exceeds the scheduler's kill-wait"
     EXCLUSIVE_OK_ON_GPU = "ExclusiveOkOnGPU", "Warning", "a GPU sandbox pod carries `sunk.coreweave.com/exclusive: ok` (not for GPU pods)"
+    SLURM_TOKEN_EXPIRING = "SlurmTokenExpiring", "Warning", "the Slurm JWT of `spec.slurm.restAPI.tokenSecretRef` expires within the hour (its `exp`, read without verifying): the Secret and the time are named; once per token"
 
 
 def table() -> list[tuple[str, str, str]]:

@@ -75,7 +75,12 @@ class SchedulerReady(_Reason):
         "the operator may not list the scheduler namespace's ConfigMaps: add a RoleBinding there to the ClusterRole "
         f"`{TARGETS_CLUSTER_ROLE}` for the operator's ServiceAccount (manifests/rbac-targets.yaml, shipped for "
         "`tenant-slurm`); pods are read cluster-wide (manifests/rbac.yaml)")
-
+    INPUT_REFUSED = "InputRefused", (
+        "a tenant-written value the operator reads to find the scheduler is past its bounds, so it was not read "
+        "(the message names the ConfigMap and key, or the pod, container and argument, and the bound): a slurm.conf "
+        "key over 1 MiB or with a line over 64 KiB, an argument or env value expanding past 128 KiB (256 KiB a "
+        "container), a duration over 64 characters, a scheduler.conf refused as untrusted YAML, or a scheduler "
+        "name that is not a DNS-1123 subdomain. Fix that value; what else was found (name, kill-wait) is still used")
 
 class PolicySynced(_Reason):
     SYNCED = "Synced", "— (a policy change applies to *new* sandboxes only)"
@@ -96,6 +101,17 @@ class PolicySynced(_Reason):
     API_UNAVAILABLE = "APIUnavailable", "the API did not answer; retried with backoff"
     SCHEDULER_NAME_UNKNOWN = "SchedulerNameUnknown", "see SchedulerReady"
     INVALID_BINDING = "InvalidBinding", "the binding cannot produce a policy (e.g. a pinned key that is also a client key)"
+    MANAGED_ELSEWHERE = "PolicyManagedElsewhere", (
+        "another writer (a declarative owner such as Terraform's `coreweave_sandbox_managed_runner`) removed or "
+        "changed the binding's keys more than `SSB_POLICY_CONTENTION_CORRECTIONS` times (default 3) within "
+        "`SSB_POLICY_CONTENTION_WINDOW` (default 24h), so the operator stopped writing the policy; the message names "
+        "what it removed and the fragment that owner must carry: add it there (writing resumes by itself once the "
+        "policy holds it: nothing is left to write), or leave the policy to the operator (Terraform: "
+        "`lifecycle { ignore_changes = [policy] }`) and set `sunksandbox.dev/reconcile-requested-at` to resume")
+    KEYS_MISSING = "PolicyKeysMissing", (
+        "`spec.policy.management: Observe`: the runner policy lacks the binding's keys (or holds other values); the "
+        "message lists them and the fragment to add. Nothing is written: add it through the policy's owner (e.g. "
+        "Terraform), or set `management: Enforce`")
     RECORD_FAILED = "RecordFailed", (
         "the ownership record (ConfigMap `ssb-policy-…` in the operator's namespace) could not be written, so "
         "nothing was written to the policy: check the operator's Role there (manifests/rbac-operator.yaml); "
@@ -131,6 +147,11 @@ class ScopeSynced(_Reason):
         "cluster-wide (manifests/rbac.yaml)")
     CONFLICT = "Conflict", "the target kept changing under concurrent edits; retried with backoff"
     GRANT_FAILED = "GrantFailed", "a `scope.grantClusterRole` RoleBinding could not be written (message says why)"
+    GRANTS_NOT_ALLOWED = "GrantsNotAllowed", (
+        "`scope.grantClusterRole` is set, but the operator's admin lets bindings of this namespace grant nowhere: no "
+        "RoleBinding is made (those made before are removed). The admin names where they may: `--allow-grant "
+        "NS=NAMESPACES` (`SSB_ALLOWED_GRANTS`, Helm `tenancy.allowedGrants`, e.g. `tenant-slurm=ds-*`); or grant the "
+        "scheduler through the Slurm chart and remove `grantClusterRole`")
     SHARED_TARGET_CONFLICT = "SharedTargetConflict", (
         "an older binding writes the same target with another `spec.mode` or `scope.restartScheduler`: make them "
         "agree (this one writes nothing to it meanwhile)")
@@ -173,16 +194,22 @@ class SlurmReady(_Reason):
         "502/503/504; the message says which): check `spec.slurm.restAPI.url`, that slurmrestd runs, and the "
         "NetworkPolicy (egress to its port). Nothing else is affected: Ready does not wait for it")
     SLURM_AUTH_FAILED = "SlurmAuthFailed", (
-        "slurmrestd refused the token (401), or slurmctld did (Slurm 22.05 answers HTTP 500 `slurmctld config is "
-        "unable to load`): put a valid, unexpired JWT for `spec.slurm.restAPI.user` in the Secret (`scontrol token "
-        "username=USER lifespan=SECONDS`; the message says when one expired or names another user); slurmrestd "
-        "needs `SLURM_JWT=daemon` and slurmctld `AuthAltTypes=auth/jwt`")
+        "slurmrestd refused the token (401), or slurmctld did (HTTP 511 from Slurm 24.11 on; Slurm 22.05 answers "
+        "HTTP 500 `slurmctld config is unable to load`): put a valid, unexpired JWT for `spec.slurm.restAPI.user` in "
+        "the Secret (`scontrol token username=USER lifespan=SECONDS`; the message says when one expired or names "
+        "another user); slurmrestd needs `SLURM_JWT=daemon` and slurmctld `AuthAltTypes=auth/jwt`")
     CREDENTIALS_MISSING = "CredentialsMissing", (
-        "create the Secret / key named in `slurm.restAPI.tokenSecretRef`, or grant the operator `get` on Secrets "
+        "create the Secret / key named in `slurm.restAPI.tokenSecretRef` (the JWT alone: a value with a line break or "
+        "another character an HTTP header cannot carry is refused unsent), or grant the operator `get` on Secrets "
         "in that namespace")
+    API_VERSION_NOT_SERVED = "APIVersionNotServed", (
+        "slurmrestd does not serve `spec.slurm.restAPI.apiVersion` (HTTP 404; the message lists the versions it "
+        "serves), or serves none the operator knows (v0.0.38, v0.0.40–v0.0.45): remove `apiVersion` to negotiate, "
+        "or set one it serves (Slurm 22.05: v0.0.38; 24.11: v0.0.40–v0.0.42; 25.11, SUNK 8.1/8.2: v0.0.41–v0.0.44; "
+        "26.05: v0.0.42–v0.0.45)")
     SLURM_API_ERROR = "SlurmAPIError", (
-        "slurmrestd answered something unexpected (the message says what); a 404 means the path is not served: set "
-        "`spec.slurm.restAPI.apiVersion` to a version slurmrestd loads (its `-s` option, e.g. v0.0.38)")
+        "slurmrestd answered something unexpected (the message says what: an error it listed, a body that is not "
+        "its JSON): check slurmrestd's log; the check is repeated at every reconcile")
 
 
 class PlacementVerified(_Reason):

@@ -20,6 +20,7 @@ from .bounds import (DURATION_PATTERN, SLURM_NAME_PATTERN, NUMERIC_ID_PATTERN, D
                      DOTTED_PATH_MAX, DURATION_MAX)
 from .base import _Model
 from .keys import ANNOTATION_PREFIX, DEFAULT_API_URL, DEFAULT_SCHEDULER_POD_LABELS
+from .policy_spec import PolicySpec
 from .slurm import SlurmRestAPI
 
 NamespaceGlob = Annotated[str, StringConstraints(pattern=NAMESPACE_GLOB_PATTERN, min_length=1, max_length=NAMESPACE_MAX)]
@@ -334,7 +335,6 @@ class ScopeSpec(_Model):
 
 _PINNED_KEYS = ["partition", "account", "qos", "constraint", "exclusive", "user-id", "group-id"]
 
-
 _SLURM_FIELD = {"account": "account", "qos": "qos", "constraint": "constraint", "exclusive": "exclusive",
                 "user-id": "userId", "group-id": "groupId"}
 
@@ -382,6 +382,7 @@ class BindingSpec(_Model):
     mode: Literal["Enforce", "Observe"] = Field(
         default="Enforce", description="Enforce: write policy and scope. Observe: report only, never write."
     )
+    policy: PolicySpec = Field(default_factory=PolicySpec, description="How the runner policy is managed.")
     resync_interval: str = Field(
         default="5m",
         description="How often to re-read policy and scope and correct drift, as a duration (e.g. 30s, 5m, 1h); "
@@ -412,7 +413,6 @@ class BindingSpec(_Model):
 
     def scheduler_namespace(self, binding_namespace: str) -> str:
         return self.scheduler.namespace or binding_namespace
-
 
 
 def parse_spec(spec: dict[str, Any]) -> BindingSpec:

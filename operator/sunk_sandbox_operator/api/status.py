@@ -46,6 +46,18 @@ class OwnedPath(_Status):
     previous: Optional[str] = Field(default=None, description="Value before the operator set it; absent if the key did not exist.")
 
 
+class PolicyContention(_Status):
+    """Another writer removing the binding's keys from the runner policy (e.g. Terraform applying its own)."""
+
+    corrections: list[str] = Field(default_factory=list, description="When the operator put back keys another "
+                                   "writer had removed (RFC 3339), the latest within the window.")
+    removed: list[str] = Field(default_factory=list, description="What the other writer last removed or changed.")
+    stopped_time: Optional[str] = Field(default=None, description="When the operator stopped writing the policy "
+                                        "(PolicyManagedElsewhere); unset while it writes.")
+    stopped_request: Optional[str] = Field(default=None, description="The reconcile-requested-at annotation's value "
+                                           "when it stopped: a new value resumes writing.")
+
+
 class PolicyStatus(_Status):
     """The runner policy as last seen and written."""
 
@@ -54,6 +66,8 @@ class PolicyStatus(_Status):
     last_checked_time: Optional[str] = Field(default=None, description="When the policy was last read and compared.")
     owned: list[OwnedPath] = Field(default_factory=list, description="Paths the operator owns.")
     warnings: list[str] = Field(default_factory=list, description="Non-fatal findings about the policy.")
+    contention: Optional[PolicyContention] = Field(default=None, description="Another writer removing the binding's "
+                                                   "keys: the corrections made, and whether the operator stopped.")
 
 
 class ScopeTargetRef(_Status):
@@ -131,6 +145,18 @@ class PlacementStatus(_Status):
                                           "is set and Slurm answers).")
 
 
+class SlurmStatus(_Status):
+    """slurmrestd as the binding's own check found it (spec.slurm.restAPI)."""
+
+    api_version: Optional[str] = Field(default=None, description="The OpenAPI (data_parser) version in use.")
+    api_version_source: Optional[Literal["negotiated", "spec"]] = Field(
+        default=None, description="negotiated: the newest one slurmrestd serves of those the operator reads; spec: "
+        "spec.slurm.restAPI.apiVersion.")
+    release: Optional[str] = Field(default=None, description="The Slurm release slurmrestd's answers name (e.g. 24.11.5).")
+    token_expires: Optional[str] = Field(default=None, description="When the Slurm JWT expires (its exp claim, read "
+                                         "without verifying; RFC 3339).")
+
+
 class BindingStatus(_Status):
     """Observed state of a SunkSandboxBinding."""
 
@@ -140,6 +166,8 @@ class BindingStatus(_Status):
     policy: Optional[PolicyStatus] = Field(default=None, description="The runner policy.")
     scope: Optional[ScopeStatus] = Field(default=None, description="The watched-namespace list.")
     placement: Optional[PlacementStatus] = Field(default=None, description="Sandbox pod observations.")
+    slurm: Optional[SlurmStatus] = Field(default=None, description="slurmrestd: the API version in use and why, the "
+                                         "Slurm release, the token's expiry (spec.slurm.restAPI).")
     last_handled_reconcile_at: Optional[str] = Field(
         default=None, description="The value of the sunksandbox.dev/reconcile-requested-at annotation the last "
         "reconcile handled.")

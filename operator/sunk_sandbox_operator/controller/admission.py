@@ -54,7 +54,7 @@ async def review(ctx: Context, body: dict) -> dict:
         decision = screened.final
     else:
         assert screened.spec is not None
-        decision = adm.admitted(req, screened.spec, await gather(ctx.kube, req.namespace, screened.spec))
+        decision = adm.admitted(req, screened.spec, await gather(ctx.kube, req.namespace, screened.spec), ctx.tenancy)
     if not decision.allowed:
         log.info("admission: %s %s/%s denied: %s", req.operation, req.namespace, req.name, decision.message)
     elif decision.warnings:

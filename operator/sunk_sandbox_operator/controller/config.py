@@ -6,7 +6,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..core import resync, selectors
+from ..core import policy_contention, resync, selectors
+from ..core.units import parse_go_duration
 from ..core.tenancy import DEFAULT_API_URLS, DEFAULT_GRANT_ROLES, TenancyPolicy, check_allowed_urls, parse_reach
 
 
@@ -34,6 +35,11 @@ class Config:
     min_resync_seconds: float = resync.DEFAULT_MINIMUM_SECONDS
     # Stale-etag retries of one policy write before ConflictRetriesExhausted.
     policy_conflict_retries: int = 5
+    # Another writer removing the binding's keys from the runner policy (Terraform applying its own):
+    # this many are put back within the window, the next one stops the writes (PolicyManagedElsewhere).
+    # A window of 0 never stops.
+    policy_contention_corrections: int = policy_contention.DEFAULT_CORRECTIONS
+    policy_contention_window_seconds: float = policy_contention.DEFAULT_WINDOW_SECONDS
     # Lost resourceVersion races of one scope write before ScopeSynced=False Conflict.
     scope_conflict_retries: int = 5
     metrics_port: int = 0
@@ -60,6 +66,9 @@ class Config:
     allowed_api_urls: tuple[str, ...] = DEFAULT_API_URLS
     allowed_reach: dict[str, tuple[str, ...]] = field(default_factory=dict)
     allowed_grant_roles: tuple[str, ...] = DEFAULT_GRANT_ROLES
+    # Binding namespace (glob) -> namespaces (globs) its bindings may grant spec.scope.grantClusterRole
+    # in (`--allow-grant`, SSB_ALLOWED_GRANTS); empty: no binding grants anywhere.
+    allowed_grants: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # sandboxNamespaces that match (nearly) everything (`*`, `{}`, only NotIn / DoesNotExist) are
     # refused unless this is set; and no binding ever matches a namespace outside this label
     # selector (the `labelSelector=` grammar; empty: no bound), except its own namespace.
@@ -88,7 +97,21 @@ class Config:
             raise ValueError(f"--sandbox-namespace-selector / SSB_SANDBOX_NAMESPACE_SELECTOR: {bound.error}")
         return TenancyPolicy(self.allowed_api_urls, self.allowed_reach, self.operator_namespace,
                              self.allowed_grant_roles, self.allow_match_all, bound,
-                             allowed_slurm_urls=self.allowed_slurm_urls)
+                             allowed_slurm_urls=self.allowed_slurm_urls, grants=self.allowed_grants)
+
+
+def _window(name: str, default: float) -> float:
+    """A duration setting (24h, 30m) or plain seconds, never negative; a bad one names itself."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        seconds = float(text) if text.replace(".", "", 1).isdigit() else parse_go_duration(text)
+    except ValueError:
+        raise ValueError(f"{name}: {text!r} is not a duration (e.g. 24h, 30m) or a number of seconds") from None
+    if seconds < 0:
+        raise ValueError(f"{name}: {text!r} is negative")
+    return seconds
 
 
 def _bool(name: str) -> bool:
@@ -106,6 +129,10 @@ def load() -> Config:
         min_resync_seconds=resync.parse_setting(os.environ.get("SSB_MIN_RESYNC_INTERVAL") or "30s"),
         policy_conflict_retries=int(_float("SSB_POLICY_CONFLICT_RETRIES", 5)),
         scope_conflict_retries=int(_float("SSB_SCOPE_CONFLICT_RETRIES", 5)),
+        policy_contention_corrections=int(_float("SSB_POLICY_CONTENTION_CORRECTIONS",
+                                                 policy_contention.DEFAULT_CORRECTIONS)),
+        policy_contention_window_seconds=_window("SSB_POLICY_CONTENTION_WINDOW",
+                                                 policy_contention.DEFAULT_WINDOW_SECONDS),
         metrics_port=int(_float("SSB_METRICS_PORT", 0)),
         metrics_address=os.environ.get("SSB_METRICS_ADDRESS") or "0.0.0.0",
         list_page_size=int(_float("SSB_LIST_PAGE_SIZE", 500)),
@@ -121,6 +148,7 @@ def load() -> Config:
         allowed_api_urls=tuple(u.strip() for u in os.environ.get("SSB_ALLOWED_API_URLS", "").split(",") if u.strip())
         or DEFAULT_API_URLS,
         allowed_reach=parse_reach(os.environ.get("SSB_ALLOWED_REACH", "")),
+        allowed_grants=parse_reach(os.environ.get("SSB_ALLOWED_GRANTS", "")),
         allowed_grant_roles=tuple(r.strip() for r in os.environ.get("SSB_ALLOWED_GRANT_ROLES", "").split(",")
                                   if r.strip()) or DEFAULT_GRANT_ROLES,
         allow_match_all=_bool("SSB_ALLOW_MATCH_ALL"),
@@ -142,7 +170,7 @@ def tenancy_from_flags(args: Any, error: Callable[[str], Any]) -> TenancyPolicy:
     variables, checked: `error` is called with the setting named when one does not parse."""
     for flag, name, sep in (("allowed_api_url", "SSB_ALLOWED_API_URLS", ","),
                             ("allowed_slurm_url", "SSB_ALLOWED_SLURM_URLS", ","),
-                            ("allow_reach", "SSB_ALLOWED_REACH", ";")):
+                            ("allow_reach", "SSB_ALLOWED_REACH", ";"), ("allow_grant", "SSB_ALLOWED_GRANTS", ";")):
         if getattr(args, flag, None):
             os.environ[name] = sep.join(getattr(args, flag))
     if getattr(args, "allow_match_all", False):

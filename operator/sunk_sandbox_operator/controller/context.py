@@ -25,6 +25,7 @@ from ..api.events import EventReason
 from .caches import GrantCache, NamespaceCache, PodCache
 from .failpoints import Failpoints
 from .config import Config
+from ..core.redact import Redactor
 from ..core.tenancy import TenancyPolicy
 from .depends import Dependencies
 from .timers import Timers
@@ -87,11 +88,14 @@ class Context:
     # controller.slurm_poll.Pollers: the shared slurmrestd pollers, made on first use (slurm_poll.pollers);
     # not imported here (it reaches the placement wing, which needs this module).
     slurm: Any = None
+    # The token values read (controller/credentials.py): the log filter and the event sink replace any
+    # that still reaches a text (core/redact.py; the type-based `describe` is the first line).
+    redactor: Redactor = field(default_factory=Redactor)
 
     def __post_init__(self) -> None:
         if self.event_sink is None:
             self.event_sink = events.KubeEventSink(self.kube, self.now_iso)
-        self._post = events.safe(self.event_sink)
+        self._post = events.safe(self.event_sink, self.redactor.redact)
         if self.metrics is None:
             self.metrics = Metrics(lambda: self.bindings.samples())
         if self.depends is None:

@@ -38,6 +38,7 @@ async def read_token(ctx: Context, namespace: str, ref: SecretRef, *, reason: _R
     except k.Forbidden:
         raise Problem(reason, f"the operator may not read {where}: grant it `get` on secrets in this namespace "
                       "(a RoleBinding to the ClusterRole sunk-sandbox-operator-secret-reader)") from None
+    ctx.redactor.remember(value)  # a text that would still carry it is redacted before it leaves
     if not value.strip():  # said as such, not as a token the API refused (and nothing is sent)
         raise Problem(reason, f"key {ref.key!r} of {where} is empty: put {what} there")
     return value.strip()

@@ -16,6 +16,7 @@ from ..core import grants as g
 from ..core import scope_outcome as so
 from ..core import scope_plan as sp
 from ..core import scope_rbac as rbac
+from ..core.redact import describe
 from .context import Context
 from .state import BindingState, ScopeMemory
 
@@ -24,14 +25,18 @@ def _legacy_name(state: BindingState) -> str:
     return g.legacy_rolebinding_name(state.namespace, state.name)
 
 
-def grantable(ctx: Context, state: BindingState, sandbox: frozenset[str]) -> tuple[frozenset[str], frozenset[str]]:
+def grantable(ctx: Context, state: BindingState,
+              sandbox: frozenset[str]) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
     """The namespaces this binding may grant in (core.grants.grantable over its sandbox namespaces and
     alwaysInclude, with the settings: whatever the list holds, a listed one is grantable iff it is
-    here), and of those the ones that exist and are not terminating."""
+    here), of those the ones that exist and are not terminating, and the ones inside the admin's
+    `--allow-grant` for its namespace (only there is a RoleBinding made)."""
     always = frozenset(state.admitted_spec.scope.always_include)
     mine = frozenset(g.grantable(sandbox | always, sandbox, always, lambda ns: ctx.tenancy.may_reach(state.namespace, ns),
                                  ctx.tenancy.system))
-    return mine, frozenset(ns for ns in mine if (info := ctx.namespaces.get(ns)) is not None and not info.terminating)
+    bound = ctx.tenancy.grant_bound(state.namespace)
+    return (mine, frozenset(ns for ns in mine if (info := ctx.namespaces.get(ns)) is not None and not info.terminating),
+            frozenset(ns for ns in mine if bound(ns)) if bound is not None else frozenset())
 
 
 async def ours(ctx: Context, state: BindingState) -> tuple[tuple[g.Grant, ...] | None, str | None]:
@@ -42,7 +47,7 @@ async def ours(ctx: Context, state: BindingState) -> tuple[tuple[g.Grant, ...] |
     try:
         return tuple(g.grant_of(rb) for rb in await io.list_ours(ctx.kube, g.selector(state.namespace, state.name))), None
     except k.Forbidden as exc:
-        return None, str(exc)
+        return None, describe(exc)
 
 
 async def role_covers(ctx: Context, role: str) -> bool:
@@ -62,7 +67,7 @@ async def apply(ctx: Context, state: BindingState, plan: sp.SyncPlan, role: str,
     write that change asks for is not held up by the rest)."""
     if plan.grants is None or plan.grants.empty:
         return (), (), False
-    deleted = tuple(so.GrantResult(ns, None if err is None else str(err))
+    deleted = tuple(so.GrantResult(ns, None if err is None else describe(err))
                     for (ns, _, _), err in zip(plan.grants.to_delete, await io.delete(ctx.kube, plan.grants.to_delete)))
     cut = False
 
@@ -79,7 +84,7 @@ async def apply(ctx: Context, state: BindingState, plan: sp.SyncPlan, role: str,
         if err is None:
             # The RoleBinding carries the binding's label: listing finds it after any crash.
             ctx.failpoints.hit("after-rolebinding-create")
-        created.append(so.GrantResult(ns, None if err is None else str(err), forbidden=isinstance(err, k.Forbidden),
+        created.append(so.GrantResult(ns, None if err is None else describe(err), forbidden=isinstance(err, k.Forbidden),
                                       taken=isinstance(err, k.Conflict)))  # not in our list, yet the name is taken
     made = [x.namespace for x in created if x.error is None]
     removed = [x.namespace for x in deleted if x.error is None]
@@ -115,7 +120,7 @@ async def remove_all(ctx: Context, state: BindingState, mem: ScopeMemory | None)
         ours = [x for x in found if g.is_ours(x, state.uid, _legacy_name(state))]
         await io.delete(ctx.kube, [(x.namespace, x.name, x.uid) for x in ours])
     except k.Forbidden as exc:
-        ctx.event(state, EventReason.SCOPE_NOT_RESTORED, f"RoleBindings not removed: {exc}")
+        ctx.event(state, EventReason.SCOPE_NOT_RESTORED, f"RoleBindings not removed: {describe(exc)}")
         return
     if mem is not None:
         mem.grants = frozenset()

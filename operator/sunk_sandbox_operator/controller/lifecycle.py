@@ -14,13 +14,14 @@ import random
 import kopf
 
 from ..adapters.informer import Informer, Resource
-from ..adapters import kubeconfig
+from ..adapters import kubeconfig, logsafe
 from ..adapters.kube import Kube
 from ..adapters.kubehttp import KubeHTTP
 from ..adapters.ownership import OwnershipStore
 from ..adapters.podwire import PodPageDecoder
 from ..api import keys
 from ..api.events import EventReason
+from ..core.redact import describe
 from . import reconcile, watch
 from .config import Config, load
 from .caches import GrantCache
@@ -60,6 +61,7 @@ async def start(logger: logging.Logger, config: Config | None = None) -> Context
     kube = Kube(http)
     ctx = Context(config=config, kube=kube, failpoints=Failpoints(config.failpoints),
                   ownership=OwnershipStore(kube, config.operator_namespace))
+    logsafe.install(ctx.redactor)  # every record through the root handlers kopf configured (core/redact.py)
     if config.metrics_port:
         await ctx.metrics.serve(config.metrics_port, config.metrics_address)
         logger.info("metrics on %s:%d/metrics", config.metrics_address, config.metrics_port)
@@ -154,12 +156,12 @@ async def binding_deleted(ctx: Context, body: dict, attempt: int) -> float | Non
     except Exception as exc:
         ctx.metrics.reconcile_errors.labels(handler="delete").inc()
         if attempt + 1 < ctx.config.restore_retries:
-            log.warning("restore of %s failed (attempt %d): %s", state.ref, attempt + 1, exc)
+            log.warning("restore of %s failed (attempt %d): %s", state.ref, attempt + 1, describe(exc))
             return ctx.config.restore_retry_delay_seconds
         # Give up rather than block the deletion (and its namespace) forever; say what is left.
         ctx.event(state, EventReason.RESTORE_ABANDONED,
-                  f"could not put back what the operator changed after {attempt + 1} attempts ({exc}); the "
+                  f"could not put back what the operator changed after {attempt + 1} attempts ({describe(exc)}); the "
                   "binding is released: check the runner policy (status.policy.owned) and the scope list by hand")
-        log.warning("restore of %s abandoned after %d attempts: %s", state.ref, attempt + 1, exc)
+        log.warning("restore of %s abandoned after %d attempts: %s", state.ref, attempt + 1, describe(exc))
     reconcile.forget(ctx, state)
     return None

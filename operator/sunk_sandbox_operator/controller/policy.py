@@ -14,9 +14,11 @@ from ..adapters import kube as k
 from ..adapters.runnerapi import client as rc
 from ..adapters.runnerapi import errors as rerr
 from ..api.reasons import PolicySynced
-from ..api.status import OwnedPath
+from ..api.status import OwnedPath, PolicyContention
 from ..core.problems import Problem
+from ..core.redact import describe
 from ..core import policy as pol
+from ..core import policy_contention as contention
 from ..core import ownership as own
 from ..core import policy_decide as decide
 from ..core.compose import Part
@@ -29,6 +31,17 @@ COND = "PolicySynced"
 
 def _status_owned(state: BindingState) -> list[OwnedPath]:
     return [OwnedPath.model_validate(o) for o in state.section("policy").get("owned") or []]
+
+
+def _contention(state: BindingState) -> PolicyContention | None:
+    """status.policy.contention as last reported: another writer removing our keys (kept in status
+    so a restart or a new leader does not restart the fight; core/policy_contention.py says why)."""
+    raw = state.section("policy").get("contention")
+    return PolicyContention.model_validate(raw) if isinstance(raw, dict) else None
+
+
+def _settings(ctx: Context) -> contention.Settings:
+    return contention.Settings(ctx.config.policy_contention_corrections, ctx.config.policy_contention_window_seconds)
 
 
 async def _record(ctx: Context, state: BindingState) -> own.Record | None:
@@ -126,8 +139,13 @@ async def sync(ctx: Context, state: BindingState, scheduler_name: str | None, *,
     async def attempt(_: int) -> decide.PolicyReport:
         owned, record = await _owned(ctx, state)
         runner = await api.get_managed_runner(spec.runner.id)
-        obs = decide.PolicyObservation(spec, scheduler_name, runner.policy, runner.etag, owned)
+        applied = record is None or record.state == "applied"
+        obs = decide.PolicyObservation(spec, scheduler_name, runner.policy, runner.etag, owned, _contention(state),
+                                       state.handled_request, record.etag_before if record and applied else None,
+                                       _settings(ctx), confirmed=applied)
         d = decide.decide(obs, ctx.now_iso())
+        if d.event is not None:
+            ctx.event(state, *d.event)
         if d.report is not None:
             merged = d.report.section.get("owned")
             if d.report.status == "True" and merged is not None:
@@ -164,7 +182,7 @@ async def sync(ctx: Context, state: BindingState, scheduler_name: str | None, *,
         report = decide.api_error(err.code, err.message)
     except (k.KubeError, OSError) as exc:  # the ownership record: stays on this condition
         report = decide.PolicyReport("False", PolicySynced.RECORD_FAILED,
-                                     f"the ownership record could not be read or written ({exc}); nothing was "
+                                     f"the ownership record could not be read or written ({describe(exc)}); nothing was "
                                      "written to the runner policy")
     return _part(state, report)
 
@@ -174,8 +192,13 @@ def _stale(exc: BaseException) -> bool:
 
 
 async def restore(ctx: Context, state: BindingState) -> None:
-    """deletionPolicy Restore: put back previous values where our value still holds."""
+    """deletionPolicy Restore: put back previous values where our value still holds. A policy the
+    binding does not write (`spec.policy.management: Observe`, or held by another owner after a
+    tug-of-war) is not written on deletion either: only the record goes."""
     if state.spec is None:
+        return
+    if not contention.may_restore(state.spec, _contention(state)):
+        await forget(ctx, state)
         return
     owned, record = await _owned(ctx, state)
     if not owned:

@@ -16,6 +16,7 @@ from ..api.reasons import CONDITION_TYPES, Common
 from ..core import conflicts, resync, scheduler, tenancy
 from ..core.compose import Part
 from ..core.policy_decide import TRANSIENT
+from ..core.redact import describe
 from . import grants, placement, policy, scope, slurm, slurm_poll
 from .context import Context
 from .retry import FAILURE_BACKOFF
@@ -120,7 +121,7 @@ async def _reconcile(ctx: Context, state: BindingState, resync: bool) -> None:
     except TRANSIENT_ERRORS as exc:  # stays on this condition; the rest goes on with what was known
         transient = True
         state.report(Part("SchedulerReady", "Unknown", Common.API_ERROR,
-                          f"reading the scheduler's pods and ConfigMaps failed ({exc}); retrying", "scheduler",
+                          f"reading the scheduler's pods and ConfigMaps failed ({describe(exc)}); retrying", "scheduler",
                           state.section("scheduler") or None))
     d = state.discovery or scheduler.Discovery(namespace=spec.scheduler_namespace(state.namespace), selector="")
     placement.set_expectations(ctx, state, d)
@@ -131,7 +132,7 @@ async def _reconcile(ctx: Context, state: BindingState, resync: bool) -> None:
     except TRANSIENT_ERRORS as exc:
         transient = True
         if not state.conflict_checked:  # never known: write nothing rather than fight an older binding
-            msg = f"listing bindings to check runner conflicts failed ({exc}); retrying"
+            msg = f"listing bindings to check runner conflicts failed ({describe(exc)}); retrying"
             state.report(Part("PolicySynced", "Unknown", Common.API_ERROR, msg))
             state.report(Part("ScopeSynced", "Unknown", Common.API_ERROR, msg))
     if not state.conflict_checked or state.conflict:

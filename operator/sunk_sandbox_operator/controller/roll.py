@@ -17,6 +17,7 @@ from ..api.keys import SCOPE_GENERATION_ANNOTATION, SCOPE_HASH_ANNOTATION
 from ..core import scope as sc
 from ..core import scope_plan as sp
 from ..core.scheduler import Discovery
+from ..core.redact import describe
 from .context import Context
 from .state import BindingState
 
@@ -26,7 +27,7 @@ async def workloads(ctx: Context, namespace: str) -> tuple[tuple[dict, ...] | No
     try:
         return tuple(await sched.list_workloads(ctx.kube, namespace)), None
     except k.Forbidden as exc:
-        return None, str(exc)
+        return None, describe(exc)
 
 
 async def patch(ctx: Context, state: BindingState, namespace: str, d: sc.RollDecision,
@@ -38,7 +39,7 @@ async def patch(ctx: Context, state: BindingState, namespace: str, d: sc.RollDec
         rolled = await sched.set_scope_hash(ctx.kube, namespace, d.kind, d.workload, d.hash, d.generation,
                                             at or ctx.now_iso())
     except k.Forbidden as exc:
-        return False, str(exc)
+        return False, describe(exc)
     if rolled:
         gen = f", {SCOPE_GENERATION_ANNOTATION}={d.generation}" if d.generation is not None else ""
         ctx.event(state, EventReason.SCHEDULER_RESTARTED, f"{d.kind} {namespace}/{d.workload}: pod-template "

@@ -30,6 +30,7 @@ from ..core import scope_outcome as so
 from ..core import scope_plan as sp
 from ..core.compose import Part
 from ..core.conditions import Status
+from ..core.redact import describe
 from ..core.scheduler import Discovery
 from . import grants, retry
 from . import roll as rolling
@@ -77,7 +78,7 @@ async def run(ctx: Context, state: BindingState, mem: ScopeMemory, *, periodic: 
                            "it); nothing was overwritten, retrying with backoff")
     except Exception as exc:  # an API error we do not classify: report, retry with backoff
         log.exception("scope sync of %s failed", state.ref)
-        return _error_part(ctx, state, ScopeSynced.ERROR, f"scope sync failed: {exc}; retrying", status="Unknown")
+        return _error_part(ctx, state, ScopeSynced.ERROR, f"scope sync failed: {describe(exc)}; retrying", status="Unknown")
 
 
 def _observation(ctx: Context, state: BindingState, target: targets.ScopeTarget, read: targets.TargetRead,
@@ -168,7 +169,8 @@ async def _gather(ctx: Context, state: BindingState, mem: ScopeMemory, target: t
     obs = sp.SyncObservation(
         _observation(ctx, state, target, read, sandbox, mem), sp.Owner(state.namespace, state.name, state.uid),
         ledger=read.ledger, target_meta=read.obj.get("metadata"), target_kind=target.kind, periodic=periodic,
-        roll=roll, service_account=(d.namespace, d.service_account), grant_role=spec.scope.grant_cluster_role)
+        roll=roll, service_account=(d.namespace, d.service_account), grant_role=spec.scope.grant_cluster_role,
+        grants_bounded=ctx.tenancy.grant_bound(state.namespace) is not None)
     if sp.workloads_for_write(obs):
         obs = await _with_workloads(ctx, obs)
     return obs, read
@@ -189,8 +191,8 @@ async def _gather_late(ctx: Context, state: BindingState, mem: ScopeMemory, obs:
         found, forbidden = await grants.ours(ctx, state)
         obs = replace(obs, found=found, found_forbidden=forbidden)
     if needs.namespaces:
-        mine, live = grants.grantable(ctx, state, obs.scope.sandbox)
-        obs = replace(obs, grantable=mine, live=live)
+        mine, live, may = grants.grantable(ctx, state, obs.scope.sandbox)
+        obs = replace(obs, grantable=mine, live=live, may_grant=may)
     if needs.role:  # one read, so that namespaces our RoleBinding covers need no review
         obs = replace(obs, role_covers=await grants.role_covers(ctx, obs.grant_role))
     return obs, now

@@ -25,6 +25,7 @@ from pydantic import ValidationError
 from ..api import keys
 from ..api.spec import BindingSpec, parse_spec
 from . import conflicts, tenancy
+from .redact import describe
 
 SKIPPED_OPERATIONS = ("DELETE", "CONNECT")
 NEWEST = "\uffff"  # the age of an object without creationTimestamp: younger than every stored binding
@@ -114,7 +115,7 @@ def _pydantic_message(exc: ValidationError) -> str:
     for err in exc.errors():
         where = ".".join(["spec", *(str(p) for p in err.get("loc", ()))])
         parts.append(f"{where}: {err.get('msg', 'invalid')}")
-    return "; ".join(parts) or str(exc)
+    return "; ".join(parts) or describe(exc)
 
 
 def screen(req: Request, policy: tenancy.TenancyPolicy) -> Screened:
@@ -152,9 +153,14 @@ def _target_text(key: tuple[str, ...]) -> str:
     return " ".join(str(part) for part in key if part)
 
 
-def warnings(req: Request, spec: BindingSpec, facts: Facts) -> list[str]:
+def warnings(req: Request, spec: BindingSpec, facts: Facts, policy: tenancy.TenancyPolicy | None = None) -> list[str]:
     """Admission warnings (the object is allowed): what the controller will find once it exists."""
     out: list[str] = []
+    role = spec.scope.grant_cluster_role
+    if role and policy is not None and policy.grant_bound(req.namespace) is None:
+        out.append(f"spec.scope.grantClusterRole {role}: the operator's admin lets bindings in {req.namespace} grant in "
+                   "no namespace (--allow-grant / SSB_ALLOWED_GRANTS), so no RoleBinding will be made (ScopeSynced=False "
+                   "GrantsNotAllowed): ask the admin, or grant the scheduler through the Slurm chart")
     if facts.bindings is not None:
         me = _me(req)
         others = [b for b in facts.bindings if conflicts.ref(b) != conflicts.ref(me)]
@@ -184,9 +190,9 @@ def warnings(req: Request, spec: BindingSpec, facts: Facts) -> list[str]:
     return out
 
 
-def admitted(req: Request, spec: BindingSpec, facts: Facts) -> Decision:
-    """A screened request is allowed, with the warnings its facts give."""
-    return Decision(True, warnings=tuple(warnings(req, spec, facts)))
+def admitted(req: Request, spec: BindingSpec, facts: Facts, policy: tenancy.TenancyPolicy | None = None) -> Decision:
+    """A screened request is allowed, with the warnings its facts (and the settings) give."""
+    return Decision(True, warnings=tuple(warnings(req, spec, facts, policy)))
 
 
 def decide(req: Request, policy: tenancy.TenancyPolicy, facts: Facts | None = None) -> Decision:
@@ -194,7 +200,7 @@ def decide(req: Request, policy: tenancy.TenancyPolicy, facts: Facts | None = No
     screened = screen(req, policy)
     if screened.final is not None or screened.spec is None:
         return screened.final or Decision.skip("nothing to check")
-    return admitted(req, screened.spec, facts or Facts())
+    return admitted(req, screened.spec, facts or Facts(), policy)
 
 
 def response(uid: str, decision: Decision) -> dict[str, Any]:

@@ -21,9 +21,10 @@ from .doctor_facts import Observation, Result
 from .node_room import NodeRoom
 from .policy_checks import policy_warnings, validate_policy
 from .policy_paths import PolicyError
-from .scheduler import Discovery
+from .redact import describe
+from .scheduler import UPGRADE_ORDER, Discovery
 from .scope import missing_summary, names
-from .slurm import ready_condition
+from .slurm import expiring, iso, ready_condition
 
 def _passed(id_: str, name: str, detail: str) -> Result:
     return Result(id_, name, True, detail)
@@ -69,6 +70,13 @@ def scheduler_running(obs: Observation) -> Result:
         return _failed("scheduler-running", n, f"no pods {sel} in {d.namespace}",
                        "enable it: `scheduler.enabled: true` in the Slurm Helm values; or point the doctor at it: "
                        + obs.knob("spec.scheduler.namespace / podSelector", "--scheduler-namespace / --scheduler-selector"))
+    if not d.ready_replicas and d.crash_looping:
+        old_flag = " (a SUNK 8.2 scheduler has no --slurm-kill-wait flag: drop it from the args; KillWait comes " \
+            "from slurm.conf)" if d.scheduler_kill_wait is not None and d.scheduler_kill_wait[1] == "args" else ""
+        return _failed("scheduler-running", n, f"{d.pods_found} pod(s) {sel} in {d.namespace}, none Ready; "
+                       f"{', '.join(d.crash_looping)} in CrashLoopBackOff",
+                       f"{UPGRADE_ORDER}{old_flag}; `kubectl logs -n {d.namespace} {sel} -c scheduler --previous` "
+                       "says why it exits")
     if not d.ready_replicas:
         return _failed("scheduler-running", n, f"{d.pods_found} pod(s) {sel} in {d.namespace}, none Ready",
                        f"see why: `kubectl describe pods -n {d.namespace} {sel}`, `kubectl logs -n {d.namespace} "
@@ -84,7 +92,7 @@ def scheduler_name(obs: Observation) -> Result:
     n, d = "scheduler name", _found(obs)
     if d is None:
         return _skipped("scheduler-name", n, NO_SCHEDULER)
-    errors = "".join(f"; {e}" for e in d.errors)
+    errors = "".join(f"; {e}" for e in d.errors) + "".join(f"; refused: {r}" for r in d.refused)  # InputRefused's
     if d.name is None:
         return _failed("scheduler-name", n, f"neither scheduler.conf nor --scheduler-name names it{errors}",
                        "set `scheduler.name` in the Slurm Helm values, or "
@@ -116,8 +124,8 @@ def kill_wait(obs: Observation) -> Result:
     if d is None or obs.scheduler_error:
         return _skipped("kill-wait", n, NO_SCHEDULER)
     if d.kill_wait_seconds is None:
-        return _failed("kill-wait", n, "no --slurm-kill-wait argument, none in scheduler.conf, and no slurm.conf "
-                       f"ConfigMap with KillWait in {d.namespace}",
+        return _failed("kill-wait", n, f"no slurm.conf ConfigMap with KillWait in {d.namespace} (where SUNK 8.2 reads "
+                       "it), no --slurm-kill-wait argument (SUNK 8.1 and older), none in scheduler.conf",
                        "set `slurmConfig.KillWait` in the Slurm Helm values (60 for the default 30 s grace), or say "
                        "it: " + obs.knob("spec.scheduler.killWaitSeconds", "--kill-wait-seconds"))
     return _passed("kill-wait", n, f"{d.kill_wait_seconds} s from {_kill_wait_source(d)}")
@@ -289,7 +297,7 @@ def policy_fields(obs: Observation) -> Result:
     try:
         validate_policy(r.policy)
     except PolicyError as exc:
-        return _failed("policy", n, f"runner {r.runner_id}: {exc}", edit)
+        return _failed("policy", n, f"runner {r.runner_id}: {describe(exc)}", edit)
     found = policy_warnings(r.policy, obs.client_annotations)
     if found:
         return _failed("policy", n, f"runner {r.runner_id}: " + "; ".join(found), edit)
@@ -310,15 +318,32 @@ def partition_exists(obs: Observation) -> Result:
     return _failed("partition", n, message, reason.fix)
 
 
+def slurm_token(obs: Observation) -> Result:
+    n, s = "Slurm token not about to expire", obs.slurm
+    if obs.slurm_refused or s is None:
+        return _skipped("slurm-token", n, "Slurm not configured or not allowed (see the partition line): not read")
+    if s.error in ("credentials", "token"):
+        return _failed("slurm-token", n, s.detail, ready_condition(s)[1].fix)
+    exp = obs.slurm_token_exp
+    if exp is None:
+        return _passed("slurm-token", n, f"the JWT in {s.token_where} carries no `exp`")
+    if expiring(exp, obs.now):
+        return _failed("slurm-token", n, f"the JWT in {s.token_where} expires at {iso(exp)}, within the hour: Slurm "
+                       "refuses it then", f"put a new one there before then: `scontrol token username={s.user} "
+                       "lifespan=SECONDS` (the default lifespan is 1800 s: ask for more)")
+    return _passed("slurm-token", n, f"the JWT in {s.token_where} (user {s.user}) expires at {iso(exp)}")
+
+
 Check = Callable[[Observation], "Result | None"]
 CHECKS: tuple[Check, ...] = (binding_allowed, scheduler_running, scheduler_name, kill_wait, kill_wait_matches,
                              grace_rule, scope_coverage, scheduler_rbac, slurmd_room, runner_token, policy_fields,
-                             partition_exists)
+                             slurm_token, partition_exists)
 
 # What each check reads (the README's table; a unit test keeps the two equal). SNS: the scheduler's
 # namespace (its pods, ConfigMaps and the NodeSets' slurmd pods live there).
 READS: dict[str, str] = {
-    "binding": "GET the SunkSandboxBinding (binding mode only); the operator's settings from flags / `SSB_*` variables",
+    "binding": "GET the SunkSandboxBinding (binding mode only); the operator's settings from flags / `SSB_*` variables; "
+               "nothing else when they refuse it",
     "scheduler-running": "LIST pods `-l` podSelector in SNS",
     "scheduler-name": "LIST ConfigMaps in SNS (`scheduler.conf`); the scheduler pods' args",
     "kill-wait": "the same pods and ConfigMaps (args, `scheduler.conf`, `slurm.conf`)",
@@ -331,13 +356,23 @@ READS: dict[str, str] = {
                    "`--field-selector spec.nodeName=NODE`",
     "runner-token": "GET the token Secret; POST `GetManagedRunner` (after the URL passed the operator's allow-list)",
     "policy": "nothing more (the `GetManagedRunner` answer)",
-    "partition": "GET the Slurm token Secret; GET `/slurm/VERSION/partition/NAME` (or `/ping` with no partition "
-                 "pinned) at slurmrestd, when configured and allowed",
+    "slurm-token": "the Slurm token Secret read for the next check: its JWT's `exp`, decoded without verifying",
+    "partition": "GET the Slurm token Secret; GET `/slurm/VERSION/ping` from the newest version the operator knows "
+                 "down until one is served (no `apiVersion`), then `/slurm/VERSION/partition/NAME` (or `/ping` with no "
+                 "partition pinned) at slurmrestd, when configured and allowed",
 }
 
 
+REFUSED = "not checked: the operator refuses this binding (see above), so nothing is read or sent for it"
+
+
 def evaluate(obs: Observation) -> list[Result]:
-    return [r for check in CHECKS if (r := check(obs)) is not None]
+    """Every check over `obs`; for a binding the operator refuses, only the first says something: the
+    shell read nothing else (as the operator reads nothing for it)."""
+    results = [r for check in CHECKS if (r := check(obs)) is not None]
+    if obs.binding is not None and obs.violations:
+        return [r if r.id == "binding" else _skipped(r.id, r.name, REFUSED) for r in results]
+    return results
 
 
 def failed(results: list[Result]) -> bool:

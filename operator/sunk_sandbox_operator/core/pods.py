@@ -15,7 +15,7 @@ from decimal import Decimal
 from typing import Any, Callable, Hashable
 
 from ..api.events import EventReason
-from ..api.keys import ANNOTATION_PREFIX, SANDBOX_ID_LABEL
+from ..api.keys import ANNOTATION_PREFIX, JOB_NAME_LABELS, SANDBOX_ID_LABEL
 
 PARTITION_ANNOTATION = ANNOTATION_PREFIX + "partition"
 USER_ID_ANNOTATION = ANNOTATION_PREFIX + "user-id"
@@ -50,9 +50,14 @@ def _quantity_or_none(parse: QuantityParser, q: Any) -> Decimal | None:
 # ---------------------------------------------------------------- time
 
 
+# RFC 3339 with nanoseconds and an offset is 35 characters; a tenant writes some of these (an annotation).
+MAX_TIME_CHARS = 64
+
+
 def parse_time(s: Any) -> float | None:
-    """RFC 3339 (creationTimestamp, status times) as epoch seconds; None if absent or malformed."""
-    if not isinstance(s, str) or not s:
+    """RFC 3339 (creationTimestamp, status times) as epoch seconds; None if absent, malformed or longer
+    than MAX_TIME_CHARS."""
+    if not isinstance(s, str) or not s or len(s) > MAX_TIME_CHARS:
         return None
     try:
         t = datetime.fromisoformat(s.replace("Z", "+00:00").replace("z", "+00:00"))
@@ -182,6 +187,7 @@ class PodRecord:
     resource_hazards: frozenset[str]
     error: str | None = None
     sandbox_id: str | None = None    # the sandbox.coreweave.com/sandbox-id label (placeholder job names)
+    job_name: str | None = None      # its Job's name (label): a gang's pods share one placeholder job
 
     @property
     def ref(self) -> str:
@@ -226,6 +232,7 @@ def decode_pod(pod: Any, quantity: QuantityParser, share: Callable[[Any], Any] =
                                      and isinstance(v, (str, int, float, bool, type(None))))))
     created = _str_or_none(meta.get("creationTimestamp"))
     created = share(created) if created is not None else None
+    labels = _mapping(meta.get("labels"))
     return PodRecord(
         namespace=sys.intern(str(meta.get("namespace") or "")),
         name=str(meta.get("name") or ""),
@@ -239,7 +246,8 @@ def decode_pod(pod: Any, quantity: QuantityParser, share: Callable[[Any], Any] =
         annotations=annotations,
         resource_hazards=hazards,
         error=error,
-        sandbox_id=_str_or_none(_mapping(meta.get("labels")).get(SANDBOX_ID_LABEL)),
+        sandbox_id=_str_or_none(labels.get(SANDBOX_ID_LABEL)),
+        job_name=next((v for k in JOB_NAME_LABELS if isinstance(v := labels.get(k), str) and v), None),
     )
 
 

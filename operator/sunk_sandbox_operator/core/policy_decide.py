@@ -1,9 +1,11 @@
 """What to do about the runner policy, given what was read (pure).
 
 `decide` takes the observation (the runner's current policy and etag, what we own, the spec
-and the scheduler name) and returns a `PolicyDecision`: either a policy to write, or the
-condition to report without writing. `written` turns a successful write into its report.
-The controller only gathers, calls these, writes, and reports.
+and the scheduler name, the memory of another writer removing our keys) and returns a
+`PolicyDecision`: either a policy to write, or the condition to report without writing.
+`written` turns a successful write into its report. The controller only gathers, calls these,
+writes, and reports. Who may write the policy at all (`spec.policy.management`, another owner
+in a tug-of-war) is `core.policy_contention`'s.
 """
 
 from __future__ import annotations
@@ -11,13 +13,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..api.events import EventReason
 from ..api.reasons import PolicySynced
 from ..api.spec import BindingSpec
-from ..api.status import OwnedPath, PolicyStatus
+from ..api.status import OwnedPath, PolicyContention, PolicyStatus
 from . import policy
+from . import policy_contention
+from . import policy_handoff as handoff
 from .conditions import Status
 from .policy_checks import validate_policy
 from .policy_paths import PolicyError
+from .redact import describe
 
 
 @dataclass(frozen=True)
@@ -27,6 +33,11 @@ class PolicyObservation:
     policy: Any                      # the runner's current policy (None: never configured)
     etag: str | None
     owned: list[OwnedPath]           # what status says we own (paths, our values, previous values)
+    contention: PolicyContention | None = None  # status.policy.contention: another writer removing our keys
+    request: str | None = None       # the reconcile-requested-at value this reconcile handles
+    ours: str | None = None          # the etag our last write (or confirmation) left, from the ownership record
+    settings: policy_contention.Settings = policy_contention.Settings()
+    confirmed: bool = True           # `owned` was seen in the policy (False: a pending record, its write unproven)
 
 
 @dataclass(frozen=True)
@@ -47,6 +58,8 @@ class PolicyDecision:
     drift: bool = False                    # the write puts back a field someone changed
     changes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    contention: PolicyContention | None = None  # status.policy.contention after the write (None: unchanged)
+    event: tuple[EventReason, str] | None = None  # posted once, with this decision (the stop of the writes)
 
 
 def _synced_message(scheduler_name: str, desired: policy.Desired, warnings: list[str]) -> str:
@@ -70,7 +83,7 @@ def desired(spec: BindingSpec, scheduler_name: str) -> policy.Desired | PolicyRe
     try:
         return policy.desired_fields(spec, scheduler_name)
     except PolicyError as exc:
-        return PolicyReport("False", PolicySynced.INVALID_BINDING, str(exc))
+        return PolicyReport("False", PolicySynced.INVALID_BINDING, describe(exc))
 
 
 def decide(obs: PolicyObservation, now: str) -> PolicyDecision:
@@ -84,23 +97,56 @@ def decide(obs: PolicyObservation, now: str) -> PolicyDecision:
         validate_policy(obs.policy)
     except PolicyError as exc:
         return PolicyDecision(PolicyReport("False", PolicySynced.INVALID_POLICY,
-                                           f"the runner's current policy is malformed, so it was left alone: {exc}",
+                                           f"the runner's current policy is malformed, so it was left alone: {describe(exc)}",
                                            {"etag": obs.etag}))
     result = policy.merge(obs.policy, want, obs.owned, obs.spec.client_annotations)
-    if not result.changed:
-        return PolicyDecision(PolicyReport(
-            "True", PolicySynced.SYNCED, _synced_message(obs.scheduler_name, want, result.warnings),
-            {"etag": obs.etag, "lastCheckedTime": now, "warnings": result.warnings,
-             "owned": [o.wire() for o in result.owned]}))
+    checked = {"etag": obs.etag, "lastCheckedTime": now, "warnings": result.warnings}
+    if policy_contention.hands_off(obs.spec):
+        return PolicyDecision(_observed(obs, want, result.warnings, checked))
+    memory = obs.contention
+    if not result.changed or (policy_contention.stopped(memory) and not handoff.missing(obs.policy, want)):
+        return PolicyDecision(_in_sync(obs, want, result, checked))
     changes = policy.diff(obs.policy, result.policy)
     if obs.spec.mode == "Observe":
         return PolicyDecision(PolicyReport(
             "False", PolicySynced.DRIFTED,
-            "Observe mode, nothing written; the operator would change: " + "; ".join(changes[:8]),
-            {"etag": obs.etag, "lastCheckedTime": now, "warnings": result.warnings}))
-    return PolicyDecision(None, write=result.policy, owned=result.owned,
-                          drift=policy.drifted(obs.policy, want, obs.owned), changes=changes,
-                          warnings=result.warnings)
+            "Observe mode, nothing written; the operator would change: " + "; ".join(changes[:8]), checked))
+    # Another writer's removal: values we know were there, gone under an etag that is not ours.
+    taken = policy_contention.removed(obs.policy, want, obs.owned) if obs.confirmed and obs.etag != obs.ours else []
+    verdict = policy_contention.judge(memory, taken, obs.request, now, obs.settings)
+    if not verdict.write:
+        stop = verdict.memory or memory
+        assert stop is not None
+        event = (EventReason.POLICY_WRITES_STOPPED, policy_contention.stopped_event(stop, obs.spec.runner.id)) \
+            if verdict.stopped_now else None
+        return PolicyDecision(PolicyReport("False", PolicySynced.MANAGED_ELSEWHERE,
+                                           policy_contention.managed_elsewhere(want, stop, obs.settings),
+                                           {**checked, "contention": stop.wire()}), event=event)
+    return PolicyDecision(None, write=result.policy, owned=result.owned, drift=bool(taken), changes=changes,
+                          warnings=result.warnings, contention=verdict.memory)
+
+
+def _in_sync(obs: PolicyObservation, want: policy.Desired, result: policy.MergeResult,
+             checked: dict[str, Any]) -> PolicyReport:
+    """The policy holds our keys: nothing to write. After a stop, they are the other owner's now: it
+    carries them, so the record keeps them as found (a Restore leaves them) and writing resumes."""
+    message = _synced_message(obs.scheduler_name or "", want, result.warnings)
+    owned = result.owned
+    section: dict[str, Any] = dict(checked)
+    if policy_contention.stopped(obs.contention):
+        owned = policy.merge(obs.policy, want, (), obs.spec.client_annotations).owned
+        message += "; the policy's other owner carries the binding's keys, so the operator writes it again"
+        section["contention"] = None
+    return PolicyReport("True", PolicySynced.SYNCED, message, {**section, "owned": [o.wire() for o in owned]})
+
+
+def _observed(obs: PolicyObservation, want: policy.Desired, warnings: list[str], checked: dict[str, Any]) -> PolicyReport:
+    """`spec.policy.management: Observe`: verified and reported, never written; nothing is claimed."""
+    section = {**checked, "contention": None}
+    if handoff.missing(obs.policy, want):
+        return PolicyReport("False", PolicySynced.KEYS_MISSING, policy_contention.keys_missing(want, obs.policy), section)
+    return PolicyReport("True", PolicySynced.SYNCED, _synced_message(obs.scheduler_name or "", want, warnings)
+                        + " (spec.policy.management Observe: verified, never written)", section)
 
 
 def written(obs: PolicyObservation, decision: PolicyDecision, new_etag: str | None, now: str) -> PolicyReport:
@@ -108,9 +154,12 @@ def written(obs: PolicyObservation, decision: PolicyDecision, new_etag: str | No
     want = desired(obs.spec, obs.scheduler_name or "")
     assert not isinstance(want, PolicyReport)
     reason = PolicySynced.DRIFT_CORRECTED if decision.drift else PolicySynced.SYNCED
-    return PolicyReport("True", reason, _synced_message(obs.scheduler_name or "", want, decision.warnings),
-                        {"etag": new_etag, "lastAppliedTime": now, "lastCheckedTime": now,
-                         "warnings": decision.warnings, "owned": [o.wire() for o in decision.owned]})
+    section: dict[str, Any] = {"etag": new_etag, "lastAppliedTime": now, "lastCheckedTime": now,
+                               "warnings": decision.warnings, "owned": [o.wire() for o in decision.owned]}
+    if decision.contention is not None:
+        # Counting afresh (a hand-back) clears the memory; a correction records itself.
+        section["contention"] = decision.contention.wire() if decision.contention.corrections else None
+    return PolicyReport("True", reason, _synced_message(obs.scheduler_name or "", want, decision.warnings), section)
 
 
 def api_error(code: str, message: str) -> PolicyReport:

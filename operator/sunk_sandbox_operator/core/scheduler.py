@@ -1,9 +1,10 @@
 """Scheduler discovery (pure): which pods, which ConfigMaps, and the name and kill-wait they give.
 
 `discover` runs over what the API server returned for the scheduler namespace and picks the
-sources in order (spec, `scheduler.conf`, container args; kill-wait from args, scheduler.conf,
-Slurm's KillWait, spec); the parsers are in `scheduler_conf`. `scheduler_condition` is
-SchedulerReady with what to do.
+sources in order (spec, `scheduler.conf`, container args; kill-wait from Slurm's KillWait in a
+slurm.conf ConfigMap first — SUNK 8.2 dropped `--slurm-kill-wait` and reads it there — unless an
+older scheduler's own, from args or scheduler.conf, is lower; then the spec); the parsers are in `scheduler_conf`. `scheduler_condition` is SchedulerReady
+with what to do (a scheduler in CrashLoopBackOff: SUNK's upgrade-order hazard named).
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ from ..api.spec import DEFAULT_SCOPE_PATH, BindingSpec
 from ..api.status import SchedulerStatus
 from .conditions import Status
 from .scheduler_conf import (
-    SCHEDULER_CONF_KEY, SCHEDULER_CONTAINER, SLURM_CONF_SUFFIX, SLURM_DEFAULT_KILL_WAIT, _sets_include,
-    SchedulerArgs, SchedulerConf, parse_scheduler_args, parse_scheduler_conf, slurm_kill_wait,
+    SCHEDULER_CONF_KEY, SCHEDULER_CONTAINER, SLURM_CONF_SUFFIX, SLURM_DEFAULT_KILL_WAIT,
+    SchedulerArgs, SchedulerConf, parse_scheduler_args, parse_scheduler_conf, slurm_conf,
 )
 from .selectors import to_label_selector_string
 from .target_ref import CONFIGMAP, locate
+from .tenant_text import Refused
 
 # ---------------------------------------------------------------- discovery
 
@@ -42,6 +44,9 @@ class Discovery:
     pods_found: int = 0
     messages: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    # Tenant-written text not read (past a bound, or a name Kubernetes refuses), each naming the object and
+    # key or argument: SchedulerReady=False InputRefused; everything else found is still used.
+    refused: list[str] = field(default_factory=list)
     forbidden: str | None = None  # the scheduler namespace could not be read (RBAC): what was denied and the fix
     service_account: str = "default"
     configmap_name: str | None = None
@@ -51,6 +56,7 @@ class Discovery:
     # the scheduler's own (seconds, args | configMap) and Slurm's (seconds, where it was read).
     scheduler_kill_wait: tuple[int, str] | None = None
     slurm_kill_wait: tuple[int, str] | None = None
+    crash_looping: tuple[str, ...] = ()  # pods a container of which waits in CrashLoopBackOff (a few, by name)
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -67,6 +73,25 @@ def is_ready(pod: Any) -> bool:
     return any(
         isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True" for c in conds or []
     )
+
+
+def crash_looping(pod: Any) -> bool:
+    """Does a container of this pod wait in CrashLoopBackOff (and the pod is not Ready)?"""
+    status = pod.get("status") if isinstance(pod, Mapping) else None
+    statuses = status.get("containerStatuses") if isinstance(status, Mapping) else None
+    if is_ready(pod) or not isinstance(statuses, list):
+        return False
+    for c in statuses:
+        state = c.get("state") if isinstance(c, Mapping) else None
+        waiting = state.get("waiting") if isinstance(state, Mapping) else None
+        if isinstance(waiting, Mapping) and waiting.get("reason") == "CrashLoopBackOff":
+            return True
+    return False
+
+
+# SUNK's documented upgrade order: the sunk chart (operator, CRDs) before the Slurm chart.
+UPGRADE_ORDER = ("after a Slurm chart upgrade this is SUNK's known upgrade-order hazard: upgrade the `sunk` chart "
+                 "(operator and CRDs) to the matching release first, then the Slurm chart again")
 
 
 def _data(cm: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -132,6 +157,7 @@ def discover(
     cms = [cm for cm in configmaps or [] if isinstance(cm, Mapping)]
     d.pods_found = len(good_pods)
     d.ready_replicas = sum(1 for p in good_pods if is_ready(p))
+    d.crash_looping = tuple(sorted(str(_meta(p).get("name") or "") for p in good_pods if crash_looping(p))[:3])
 
     # SUNK 8: scheduler.conf
     conf = SchedulerConf()
@@ -140,8 +166,10 @@ def discover(
     if cm is not None:
         d.configmap_name = _meta(cm).get("name")
         conf = parse_scheduler_conf(_data(cm).get(key))
+        where = f"ConfigMap {d.namespace}/{d.configmap_name} key {key}"
         if conf.error:
-            d.errors.append(f"ConfigMap {d.namespace}/{d.configmap_name} key {key}: {conf.error}")
+            d.errors.append(f"{where}: {conf.error}")
+        d.refused.extend(f"{where}: {r}" for r in conf.refused)
         d.scope_type = conf.scope_type
 
     # SUNK 7: container args of the most relevant pod
@@ -150,14 +178,18 @@ def discover(
     if ordered:
         first = ordered[0]
         pod_name = _meta(first).get("name")
-        args = parse_scheduler_args(first)
+        parsed = [parse_scheduler_args(p) for p in ordered]  # each pod once; the one used first
+        args = parsed[0]
         if args.error:
             # A missing container is a hint, not broken config: SUNK 8 needs no flags at all.
             (d.errors if args.container_found else d.messages).append(f"pod {pod_name}: {args.error}")
+        # Every matching pod's text was read, so every refusal is told, the pod used first.
+        d.refused.extend(f"pod {d.namespace}/{_meta(p).get('name')} {r}" for p, a in zip(ordered, parsed)
+                         for r in a.refused)
         spec_obj = first.get("spec")
         sa = (spec_obj.get("serviceAccountName") or spec_obj.get("serviceAccount")) if isinstance(spec_obj, Mapping) else None
         d.service_account = sa if isinstance(sa, str) and sa else "default"
-        distinct = {(a.name, a.kill_wait_seconds) for a in map(parse_scheduler_args, good_pods) if not a.error}
+        distinct = {(a.name, a.kill_wait_seconds) for a in parsed if not a.error}
         if len(distinct) > 1:
             d.messages.append(f"scheduler pods disagree on their flags (rollout in progress?); using pod {pod_name}")
 
@@ -180,7 +212,9 @@ def discover(
     elif discovered:
         d.name, d.name_source = discovered[0]
 
-    # Kill-wait: args, configMap, slurm.conf KillWait, spec, Slurm's default
+    # Kill-wait: Slurm's KillWait in slurm.conf first (SUNK 8.2 has no flag of its own: it reads
+    # Slurm's), unless an older scheduler's own (args, configMap) is lower: it waits that long only
+    # (the difference is noted); then the spec, Slurm's default
     d.slurm_configmaps = tuple(sorted(str(_meta(cm).get("name") or "") for cm in cms
                                       if any(str(key).endswith(SLURM_CONF_SUFFIX) for key in _data(cm))))
     slurm_kw, slurm_cm, slurm_default = _slurm_conf(cms, d)
@@ -192,10 +226,10 @@ def discover(
     d.slurm_kill_wait = ((slurm_kw, f"slurm.conf in ConfigMap {slurm_cm}") if slurm_kw is not None else
                          (SLURM_DEFAULT_KILL_WAIT, f"Slurm's default: slurm.conf in ConfigMap {slurm_cm} sets none")
                          if slurm_default else None)
-    if scheduler_kw:
-        d.kill_wait_seconds, d.kill_wait_source = scheduler_kw
-    elif slurm_kw is not None:
+    if slurm_kw is not None and (scheduler_kw is None or slurm_kw <= scheduler_kw[0]):
         d.kill_wait_seconds, d.kill_wait_source = slurm_kw, "slurmConf"
+    elif scheduler_kw:
+        d.kill_wait_seconds, d.kill_wait_source = scheduler_kw
     elif spec.scheduler.kill_wait_seconds is not None:
         d.kill_wait_seconds, d.kill_wait_source = spec.scheduler.kill_wait_seconds, "spec"
     elif slurm_default:
@@ -222,22 +256,29 @@ def discover(
 
 
 def _slurm_conf(cms: Sequence[Mapping[str, Any]], d: Discovery) -> tuple[int | None, str | None, bool]:
-    """(KillWait, ConfigMap name, whether a complete slurm.conf without KillWait was seen)."""
+    """(KillWait, ConfigMap name, whether a complete slurm.conf without KillWait was seen). A refused
+    key is skipped and named; it may set KillWait, so Slurm's default is not assumed after one."""
     without: str | None = None
+    refused = False
     for cm in sorted(cms, key=lambda c: str(_meta(c).get("name", ""))):
         name = _meta(cm).get("name")
         for key, text in sorted(_data(cm).items()):
             if not str(key).endswith(SLURM_CONF_SUFFIX):
                 continue
-            kw, err = slurm_kill_wait(text)
-            if err:
-                d.errors.append(f"ConfigMap {name} key {key}: {err}")
-            if kw is not None:
-                return kw, name, False
+            try:
+                conf = slurm_conf(text)
+            except Refused as exc:
+                d.refused.append(f"ConfigMap {d.namespace}/{name} key {key}: {exc}")
+                refused = True
+                continue
+            if conf.error:
+                d.errors.append(f"ConfigMap {name} key {key}: {conf.error}")
+            if conf.kill_wait is not None:
+                return conf.kill_wait, name, False
             # An `include` may hold KillWait elsewhere: then Slurm's default is not a safe guess.
-            if err is None and isinstance(text, str) and not _sets_include(text) and without is None:
+            if conf.error is None and not conf.includes and without is None:
                 without = name
-    return None, without, without is not None
+    return None, without, without is not None and not refused
 
 
 def scheduler_condition(d: Discovery) -> tuple[Status, str, str]:
@@ -245,6 +286,7 @@ def scheduler_condition(d: Discovery) -> tuple[Status, str, str]:
     sel = f" -l {shlex.quote(d.selector)}" if d.selector else ""
     kubectl = f"kubectl get pods -n {d.namespace}{sel}"
     notes = "".join(f" Note: {m}" for m in d.messages) + "".join(f" Error: {e}" for e in d.errors)
+    unread = "".join(f" Refused: {r}" for r in d.refused[:3])  # for the reasons that come before InputRefused
     if d.forbidden:
         return "False", SchedulerReady.FORBIDDEN, d.forbidden
     if d.pods_found == 0:
@@ -253,14 +295,26 @@ def scheduler_condition(d: Discovery) -> tuple[Status, str, str]:
             SchedulerReady.SCHEDULER_NOT_FOUND,
             f"no SUNK scheduler pods found (`{kubectl}` returns nothing): enable the scheduler with "
             "`scheduler.enabled: true` in the Slurm Helm values, or fix spec.scheduler.namespace / "
-            f"spec.scheduler.podSelector.{notes}",
+            f"spec.scheduler.podSelector.{notes}{unread}",
         )
     if d.ready_replicas == 0:
+        crash = (f" {', '.join(d.crash_looping)} in CrashLoopBackOff: {UPGRADE_ORDER} (`kubectl logs --previous` "
+                 "says why it exits)." if d.crash_looping else "")
         return (
             "False",
             SchedulerReady.SCHEDULER_NOT_RUNNING,
             f"{d.pods_found} scheduler pod(s) found but none is Ready: check `{kubectl}` and "
-            f"`kubectl logs -n {d.namespace}{sel} -c {SCHEDULER_CONTAINER}`.{notes}",
+            f"`kubectl logs -n {d.namespace}{sel} -c {SCHEDULER_CONTAINER}`.{crash}{notes}{unread}",
+        )
+    if d.refused:
+        found = (f"scheduler {d.name!r} ({d.name_source})" if d.name else "no scheduler name") + (
+            f", kill-wait {d.kill_wait_seconds} s ({d.kill_wait_source})" if d.kill_wait_seconds is not None else "")
+        return (
+            "False",
+            SchedulerReady.INPUT_REFUSED,
+            f"not read, as tenant-written text past the operator's bounds: {'; '.join(d.refused[:3])}"
+            + (f" (and {len(d.refused) - 3} more)" if len(d.refused) > 3 else "")
+            + f". Found without it: {found}.{notes}",
         )
     if not d.name:
         return (

@@ -29,6 +29,8 @@ import yaml
 
 from ..api.reasons import ScopeSynced
 from . import untrusted, yaml_splice
+from .redact import describe
+from .tenant_text import shown
 from .yaml_splice import Span
 
 ListStyle = Literal["list", "string", "missing"]
@@ -85,7 +87,7 @@ def _read_data(data: Any, path: str, what: str) -> ListRead:
             return ListRead(None, "missing", None, f"{what}: {where} is {_kind(nxt)}, not a mapping")
         cur = nxt
     stype = cur.get("type")
-    scope_type = stype if isinstance(stype, str) else None
+    scope_type = shown(stype) if isinstance(stype, str) else None  # goes to status.scope.type: escaped unless plain
     value = cur.get(parts[-1])
     if value is None:
         return ListRead([], "missing", scope_type)
@@ -130,7 +132,7 @@ def _parse(doc_text: str) -> tuple[Any, str | None]:
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         return None, f"malformed YAML{where}: {exc.problem or exc.context}"
     except Exception as exc:  # noqa: BLE001 - untrusted text: bad timestamps raise ValueError, deep nesting RecursionError
-        return None, f"malformed YAML: {exc}"
+        return None, f"malformed YAML: {describe(exc)}"
 
 
 def read_list(doc_text: str, path: str) -> ListRead:

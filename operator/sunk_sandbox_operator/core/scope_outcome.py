@@ -73,6 +73,13 @@ def _roll_check(r: Result) -> Finding | None:
 
 
 def _grants_check(r: Result) -> Finding | None:
+    if r.obs.grant_role and not r.obs.grants_bounded:
+        return ScopeSynced.GRANTS_NOT_ALLOWED, (
+            f"spec.scope.grantClusterRole {r.obs.grant_role}: the operator's admin lets bindings in "
+            f"{r.obs.owner.namespace} grant in no namespace (--allow-grant / SSB_ALLOWED_GRANTS), so no RoleBinding is "
+            "made (any made before is removed): a grant gives the scheduler pods' ServiceAccount, which the binding "
+            f"picks, every pod spec of the namespace. Ask the admin (e.g. --allow-grant {r.obs.owner.namespace}=ds-*), "
+            "or grant the scheduler through the Slurm chart and remove grantClusterRole")
     if r.plan.grants_problem is not None:
         return r.plan.grants_problem
     errors = [f"delete in {x.namespace}: {x.error}" for x in r.done.deleted if x.error is not None]
@@ -102,11 +109,16 @@ def _rbac_check(r: Result) -> Finding | None:
     sa = reviews.sa
     if not denied or sa is None:
         return None
+    outside = sorted(ns for ns in denied if ns not in r.obs.may_grant) if r.obs.grant_role else []
+    fix = ("Set spec.scope.grantClusterRole: sunk-scheduler-sandbox (shipped with the operator) so the operator grants "
+           "it in each of them, or grant it through the Slurm chart")
+    if outside:
+        fix = (f"{sc.names(outside)} are outside where the operator's admin lets bindings in {r.obs.owner.namespace} "
+               "grant (--allow-grant / SSB_ALLOWED_GRANTS): ask the admin, or grant it through the Slurm chart")
     return ScopeSynced.SCHEDULER_NOT_PERMITTED, (
         f"the scheduler's ServiceAccount {sa[0]}/{sa[1]} may not watch pods or create pods/binding in "
         f"{len(denied)} of the binding's listed namespace(s): {sc.names(sorted(denied))}; its sandboxes there stay "
-        "Pending. Set spec.scope.grantClusterRole: sunk-scheduler-sandbox (shipped with the operator) so the "
-        "operator grants it in each of them, or grant it through the Slurm chart")
+        f"Pending. {fix}")
 
 
 # The order ScopeSynced reports its first problem in: the roll, the grants, the scheduler's RBAC.

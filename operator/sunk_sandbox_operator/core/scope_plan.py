@@ -83,6 +83,7 @@ class SyncObservation:
     roll: RollSettings = field(default_factory=RollSettings)
     service_account: tuple[str, str] = ("", "")  # the scheduler's (namespace, name)
     grant_role: str = ""                   # spec.scope.grantClusterRole
+    grants_bounded: bool = True            # the admin's --allow-grant names somewhere this binding may grant
     # the scheduler namespace's Deployments and StatefulSets (with managedFields), or why not
     workloads: tuple[Mapping[str, Any], ...] | None = None
     workloads_forbidden: str | None = None
@@ -92,6 +93,7 @@ class SyncObservation:
     now_iso: str = ""
     grantable: frozenset[str] = frozenset()  # namespaces this binding may grant in (core.grants.grantable)
     live: frozenset[str] = frozenset()     # ... of those, the ones that exist and are not terminating
+    may_grant: frozenset[str] = frozenset()  # ... of `grantable`, those inside the admin's --allow-grant
     found: tuple[g.Grant, ...] | None = None  # our RoleBindings, when refreshing (else None: memory says)
     role_covers: bool = False              # grant_role's rules cover the scheduler's needs (core.scope_rbac)
     found_forbidden: str | None = None
@@ -365,7 +367,8 @@ def _grants(obs: SyncObservation, m: SyncMemory,
     if refresh and obs.found_forbidden is not None:
         return None, None, (ScopeSynced.FORBIDDEN, f"the operator may not list RoleBindings: {obs.found_forbidden}"), m
     body = _want_body(obs)
-    plan = g.plan_grants(role=obs.grant_role, wanted=[ns for ns in mine if ns in obs.live], known=m.grants,
+    wanted = [ns for ns in mine if ns in obs.live and ns in obs.may_grant]  # only where the admin allows
+    plan = g.plan_grants(role=obs.grant_role, wanted=wanted, known=m.grants,
                          found=obs.found if refresh else None, want_body=body, uid=obs.owner.uid,
                          legacy_name=g.legacy_rolebinding_name(obs.owner.namespace, obs.owner.name))
     return plan, body, None, replace(m, grants=frozenset(plan.have))

@@ -15,11 +15,12 @@ import fnmatch
 import ipaddress
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 from urllib.parse import urlsplit
 
 from ..api.spec import BindingSpec, LabelSelector, parse_spec
 from . import selectors
+from .redact import describe
 from .scope import glob_literals, is_literal
 from .target_ref import locate
 
@@ -60,6 +61,11 @@ class TenancyPolicy:
     # slurmrestd base URLs spec.slurm.restAPI.url may name (the Slurm JWT is sent there): the same
     # rules as allowed_api_urls, their own list, empty by default (a binding naming one is refused).
     allowed_slurm_urls: tuple[str, ...] = ()
+    # Binding namespace (or glob) -> the namespaces (or globs) where its bindings may grant
+    # spec.scope.grantClusterRole (`--allow-grant`). A grant hands a ServiceAccount the binding picked
+    # (the scheduler pods' own) read access to every pod spec there: only the admin says where. Empty:
+    # no binding grants anywhere.
+    grants: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def system(self, namespace: str) -> bool:
         return namespace == self.operator_namespace or _SYSTEM.match(namespace) is not None
@@ -69,6 +75,17 @@ class TenancyPolicy:
             return True
         return any(fnmatch.fnmatchcase(binding_namespace, src) and any(fnmatch.fnmatchcase(namespace, t) for t in targets)
                    for src, targets in self.reach.items())
+
+
+    def grant_bound(self, binding_namespace: str) -> Callable[[str], bool] | None:
+        """Where bindings in `binding_namespace` may grant (`--allow-grant`): a namespace test, or None
+        when the admin gave that namespace nowhere (then no binding there grants anything)."""
+        globs = tuple(t for src, targets in self.grants.items() if fnmatch.fnmatchcase(binding_namespace, src)
+                      for t in targets)
+        if not globs:
+            return None
+        inside = re.compile("|".join(fnmatch.translate(g) for g in globs))
+        return lambda namespace: inside.match(namespace) is not None
 
 
 def _loopback(host: str) -> bool:
@@ -93,30 +110,32 @@ def remove_dot_segments(path: str) -> str:
     """RFC 3986 section 5.2.4, as httpx resolves a request path before sending it (a unit test pins
     that): `/runner/../admin` is `/admin`."""
     out: list[str] = []
-    while path:
-        if path.startswith("../"):
-            path = path[3:]
-        elif path.startswith("./"):
-            path = path[2:]
-        elif path.startswith("/./"):
-            path = path[2:]
-        elif path == "/.":
-            path = "/"
-        elif path.startswith("/../"):
-            path = path[3:]
+    # The input buffer is path[i:] (an index, not a copy per step: each character is read once).
+    i, n = 0, len(path)
+    while i < n:
+        if path.startswith("../", i):
+            i += 3
+        elif path.startswith("./", i):
+            i += 2
+        elif path.startswith("/./", i):
+            i += 2
+        elif path.startswith("/.", i) and i + 2 == n:
+            path, i, n = "/", 0, 1
+        elif path.startswith("/../", i):
+            i += 3
             if out:
                 out.pop()
-        elif path == "/..":
-            path = "/"
+        elif path.startswith("/..", i) and i + 3 == n:
+            path, i, n = "/", 0, 1
             if out:
                 out.pop()
-        elif path in (".", ".."):
-            path = ""
+        elif n - i <= 2 and path.startswith("." * (n - i), i):  # what is left is "." or ".."
+            i = n
         else:
-            cut = path.find("/", 1)
-            cut = len(path) if cut < 0 else cut
-            out.append(path[:cut])
-            path = path[cut:]
+            cut = path.find("/", i + 1)
+            cut = n if cut < 0 else cut
+            out.append(path[i:cut])
+            i = cut
     return "".join(out)
 
 
@@ -125,7 +144,7 @@ def url_problem(url: str) -> str | None:
     try:
         parts = urlsplit(url)
     except ValueError as exc:
-        return f"not a URL ({exc})"
+        return f"not a URL ({describe(exc)})"
     if parts.scheme not in ("https", "http") or not parts.netloc:
         return "not an http(s) URL"
     if "?" in url or "#" in url:

@@ -25,6 +25,8 @@ from typing import Any, Awaitable, Callable, Mapping
 
 import httpx
 
+from ...core.redact import describe
+
 from .errors import (  # re-exported: callers import everything from here
     ERROR_CLASSES,
     Aborted,
@@ -348,11 +350,11 @@ class RunnerClient:
             response = await self._http.post(url, json=payload, headers=headers)
         except httpx.TimeoutException as exc:
             # `from None`: the chained httpx exception holds the request, headers included.
-            raise DeadlineExceeded(_redact(f"{type(exc).__name__} calling {url}: {exc}", token)) from None
+            raise DeadlineExceeded(_redact(f"calling {url}: {describe(exc)}", token)) from None
         except httpx.TransportError as exc:
-            raise Unavailable(_redact(f"{type(exc).__name__} calling {url}: {exc}", token)) from None
+            raise Unavailable(_redact(f"calling {url}: {describe(exc)}", token)) from None
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
-            raise Unknown(_redact(f"{type(exc).__name__} calling {url}: {exc}", token)) from None
+            raise Unknown(_redact(f"calling {url}: {describe(exc)}", token)) from None
         if response.status_code != 200:
             err = parse_error(
                 response.status_code,

@@ -3,7 +3,10 @@
 Same contract as the real service (domain.md section 5): Connect unary JSON, bearer auth with
 the sandbox_admin role, etag concurrency (`failed_precondition` on a stale etag, nothing
 changed), rejection of forbidden `base` fields, `policy: null` for a runner never configured.
-Knobs add latency, random or scripted errors, and a concurrent "other admin" writer.
+Knobs add latency, random or scripted errors, a concurrent "other admin" writer, and declarative
+co-writers: per runner, a whole desired policy applied like `terraform apply` on a schedule
+(cowriter.py: GET the etag, PUT the policy when it differs), over HTTP against this emulator, so
+a client sees the real fight with another owner of the policy.
 
 Requests are read as protojson reads them: each field under its JSON name (lowerCamelCase) or
 its proto name (`runner_id`, `managed_runner`, `update_mask`, snake_case inside the policy);
@@ -20,7 +23,9 @@ Admin endpoints (no bearer, loopback clients only):
     GET  /_emulator/healthz        -> {"ok": true}
     GET  /_emulator/state          -> {"runners", "write_log", "call_log", "knobs"}
     POST /_emulator/knobs          {latency_seconds, error_rates, fail_next, retry_after_seconds,
-                                    other_admin, wrap_responses} (any subset)
+                                    other_admin, wrap_responses, co_writers} (any subset);
+                                    co_writers: {runner id: {"policy": ..., "interval_seconds": N}
+                                    (0: apply once) | null (stop it)}
     POST /_emulator/runners/{id}   {"policy": ..., "identity"?: ...}: write as another admin
                                     (creates the runner if needed, new etag, logged)
 """
@@ -42,6 +47,9 @@ from typing import Any, Iterator
 
 from aiohttp import web
 
+import httpx
+
+from .cowriter import CoWriter
 from .emulator_state import (  # noqa: F401  (EmulatorState and forbidden_fields are this module's API too)
     SERVICE, ApiError, EmulatorState, _public, forbidden_fields, validate_get, validate_update,
 )
@@ -53,6 +61,7 @@ log = logging.getLogger(__name__)
 
 
 STATE_KEY: web.AppKey[EmulatorState] = web.AppKey("state", EmulatorState)
+CO_WRITER_TICK = 0.05  # seconds between looks at the co-writers' schedule
 
 
 def _error_response(code: str, message: str, retry_after: float | None = None) -> web.Response:
@@ -81,14 +90,14 @@ async def _rpc(request: web.Request) -> web.StreamResponse:
     if state.latency_seconds > 0:
         await asyncio.sleep(state.latency_seconds)
     runner_id: str | None = None
+    who = "client"
     try:
         if request.content_type != "application/json":
             return web.Response(status=415)
         if request.headers.get("Connect-Protocol-Version") != "1":
             raise ApiError("invalid_argument", "missing or unsupported Connect-Protocol-Version header")
         token = _bearer(request)
-        with state.lock:
-            admin, readonly = token in state.admin_tokens, token in state.readonly_tokens
+        admin, readonly, who = state.caller(token)
         if token is None or not (admin or readonly):
             raise ApiError("unauthenticated", "missing or invalid bearer token")
         if not admin:
@@ -102,7 +111,7 @@ async def _rpc(request: web.Request) -> web.StreamResponse:
             wrap = state.wrap_responses
         if injected:
             retry_after = state.retry_after_seconds if injected in ("unavailable", "resource_exhausted") else None
-            _log_call(state, method, injected, None)
+            _log_call(state, method, injected, None, who)
             return _error_response(injected, "injected by the emulator's error knob", retry_after)
         if method == "GetManagedRunner":
             runner_id = validate_get(body)
@@ -111,17 +120,18 @@ async def _rpc(request: web.Request) -> web.StreamResponse:
         else:
             runner_id, _identity, policy, etag = validate_update(body)
             with state.lock:
-                runner = state.update(runner_id, policy, etag)
+                runner = state.update(runner_id, policy, etag, who)
     except ApiError as err:
-        _log_call(state, method, err.code, runner_id)
+        _log_call(state, method, err.code, runner_id, who)
         return _error_response(err.code, err.message)
-    _log_call(state, method, "ok", runner_id)
+    _log_call(state, method, "ok", runner_id, who)
     return web.json_response(_public(runner_id, runner, wrap))
 
 
-def _log_call(state: EmulatorState, method: str, code: str, runner_id: str | None) -> None:
+def _log_call(state: EmulatorState, method: str, code: str, runner_id: str | None, who: str = "client") -> None:
     with state.lock:
-        state.call_log.append({"time": time.time(), "method": method, "code": code, "runner_id": runner_id})
+        state.call_log.append({"time": time.time(), "method": method, "code": code, "runner_id": runner_id,
+                               "who": who})
 
 
 @web.middleware
@@ -246,10 +256,33 @@ def running_emulator(state: EmulatorState | None = None, host: str = "127.0.0.1"
 
 
 async def _start_site(state: EmulatorState, host: str, port: int) -> web.AppRunner:
-    runner = web.AppRunner(create_app(state), access_log=None)
+    app = create_app(state)
+    tasks: list[asyncio.Task[None]] = []
+
+    async def stop_co_writers(_: web.Application) -> None:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    app.on_cleanup.append(stop_co_writers)  # before setup: the app's signals freeze then
+    runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, host, port).start()
+    tasks.append(asyncio.ensure_future(_run_co_writers(state, _url(runner))))
     return runner
+
+
+async def _run_co_writers(state: EmulatorState, url: str) -> None:
+    """Apply each co-writer's policy when due, over HTTP against this emulator, one at a time."""
+    async with httpx.AsyncClient(timeout=10.0) as http:
+        while True:
+            for runner_id, policy in state.co_writers_due(time.monotonic()):
+                try:
+                    outcome, detail = await CoWriter(url, state.co_writer_token, runner_id, policy, http).apply()
+                except httpx.HTTPError as exc:
+                    outcome, detail = "error", type(exc).__name__
+                state.co_writer_applied(runner_id, outcome, detail)
+            await asyncio.sleep(CO_WRITER_TICK)
 
 
 def _url(runner: web.AppRunner) -> str:
@@ -277,6 +310,11 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--retry-after", type=float, default=None, help="Retry-After seconds on injected unavailable")
     p.add_argument("--other-admin", action="store_true", help="another admin edits between each read and write")
     p.add_argument("--seed", type=int, default=None, help="random seed for the error knob")
+    p.add_argument("--co-writer", action="append", default=[], metavar="ID=policy.json",
+                   help="a declarative owner of runner ID's policy (like Terraform): applies this whole policy "
+                   "(GET the etag, PUT it when the live policy differs) every --co-writer-interval (repeatable)")
+    p.add_argument("--co-writer-interval", type=float, default=60.0,
+                   help="seconds between a co-writer's applies (0: apply once, at start)")
     return p.parse_args(argv)
 
 
@@ -305,6 +343,17 @@ def state_from_args(args: argparse.Namespace) -> EmulatorState:
         if policy is not None and not isinstance(policy, dict):
             raise SystemExit(f"{path}: the policy must be a JSON object")
         state.add_runner(runner_id, policy)
+    plans: dict[str, dict] = {}
+    for item in args.co_writer:
+        runner_id, sep, path = item.partition("=")
+        policy = json.loads(Path(path).read_text()) if sep else None
+        if not runner_id or not sep or not (policy is None or isinstance(policy, dict)):
+            raise SystemExit(f"--co-writer wants ID=policy.json holding a JSON object or null, got {item!r}")
+        plans[runner_id] = {"policy": policy, "interval_seconds": args.co_writer_interval}
+    try:
+        state.set_knobs({"co_writers": plans})
+    except ValueError as exc:
+        raise SystemExit(f"--co-writer-interval: {exc}") from None
     return state
 
 

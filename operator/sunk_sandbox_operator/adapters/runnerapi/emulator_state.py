@@ -2,7 +2,8 @@
 
 Etag concurrency, the forbidden `base` fields, `policy: null` for a runner never configured,
 the write and call logs, and the knobs (latency, error rates, scripted failures, a concurrent
-"other admin"). `emulator.py` serves this over HTTP.
+"other admin", declarative co-writers applying their whole policy on a schedule). `emulator.py`
+serves this over HTTP; `cowriter.py` is the co-writer's client.
 
 Field names as Connect's protojson treats them: a request field is read under its JSON name
 (lowerCamelCase: `runnerId`, `managedRunner`, `updateMask`, `deniedAnnotationPrefixes`) or its
@@ -28,6 +29,7 @@ from .errors import CODE_TO_HTTP
 
 SERVICE = "coreweave.sandbox.v1.RunnerManagementService"
 OTHER_ADMIN_COUNTER = "otherAdminEdits"
+CO_WRITER = "co-writer"  # `who` of the co-writers' calls and writes in the logs
 
 # Fields the policy may not set in `base`, as paths under `base` (both pod-spec spellings).
 _FORBIDDEN_IN_BASE: tuple[tuple[str, ...], ...] = tuple(
@@ -178,6 +180,26 @@ def new_etag(generation: int) -> str:
 
 
 @dataclass
+class CoWriterPlan:
+    """A declarative owner of one runner's policy (Terraform, say): its whole desired policy, applied
+    every `interval_seconds` (0: once)."""
+
+    policy: dict | None
+    interval_seconds: float = 0.0
+    next_at: float = 0.0      # monotonic time of the next apply (inf: none left)
+
+
+def co_writer_plan(spec: Any) -> CoWriterPlan:
+    """A `co_writers` knob entry: {"policy": object|null, "interval_seconds": number >= 0}."""
+    if not isinstance(spec, Mapping) or "policy" not in spec or not (spec["policy"] is None or isinstance(spec["policy"], dict)):
+        raise ValueError('a co-writer is {"policy": object|null, "interval_seconds": number}')
+    interval = float(spec.get("interval_seconds") or 0.0)
+    if interval < 0:
+        raise ValueError("a co-writer's interval_seconds must be >= 0")
+    return CoWriterPlan(copy.deepcopy(spec["policy"]), interval)
+
+
+@dataclass
 class EmulatorState:
     """Everything the emulator knows. Shared with the test/demo thread: mutate under `lock`."""
 
@@ -193,6 +215,9 @@ class EmulatorState:
     retry_after_seconds: float | None = None  # sent with injected retryable errors
     other_admin: bool = False
     wrap_responses: bool = False
+    co_writers: dict[str, CoWriterPlan] = field(default_factory=dict)  # runner id -> its declarative owner
+    co_writer_log: list[dict[str, Any]] = field(default_factory=list)
+    co_writer_token: str = field(default_factory=lambda: secrets.token_hex(16), repr=False)  # theirs alone
     seed: int | None = None
     lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
     _generation: int = 0
@@ -269,6 +294,16 @@ class EmulatorState:
                 self.other_admin = bool(knobs["other_admin"])
             if "wrap_responses" in knobs:
                 self.wrap_responses = bool(knobs["wrap_responses"])
+            if "co_writers" in knobs:  # per runner: a plan sets (and applies at once), null removes
+                plans = knobs["co_writers"] or {}
+                if not isinstance(plans, Mapping):
+                    raise ValueError("co_writers must map runner ids to co-writers (or null)")
+                parsed = {str(r): None if spec is None else co_writer_plan(spec) for r, spec in plans.items()}
+                for runner_id, plan in parsed.items():
+                    if plan is None:
+                        self.co_writers.pop(runner_id, None)
+                    else:
+                        self.co_writers[runner_id] = plan
 
     def knobs(self) -> dict[str, Any]:
         with self.lock:
@@ -279,6 +314,8 @@ class EmulatorState:
                 "retry_after_seconds": self.retry_after_seconds,
                 "other_admin": self.other_admin,
                 "wrap_responses": self.wrap_responses,
+                "co_writers": {r: {"policy": copy.deepcopy(p.policy), "interval_seconds": p.interval_seconds}
+                               for r, p in self.co_writers.items()},
             }
 
     def snapshot(self) -> dict[str, Any]:
@@ -288,9 +325,32 @@ class EmulatorState:
                     "runners": self.runners,
                     "write_log": self.write_log,
                     "call_log": self.call_log,
+                    "co_writer_log": self.co_writer_log,
                     "knobs": self.knobs(),
                 }
             )
+
+    def caller(self, token: str | None) -> tuple[bool, bool, str]:
+        """(admin, read-only, who) for a bearer token; the co-writers' own token is an admin's."""
+        with self.lock:
+            if token is not None and secrets.compare_digest(token, self.co_writer_token):
+                return True, False, CO_WRITER
+            return token in self.admin_tokens, token in self.readonly_tokens, "client"
+
+    def co_writers_due(self, now: float) -> list[tuple[str, dict | None]]:
+        """The co-writers whose apply is due at monotonic `now`, each scheduled for its next one."""
+        with self.lock:
+            due = []
+            for runner_id, plan in self.co_writers.items():
+                if plan.next_at <= now:
+                    plan.next_at = now + plan.interval_seconds if plan.interval_seconds > 0 else float("inf")
+                    due.append((runner_id, copy.deepcopy(plan.policy)))
+            return due
+
+    def co_writer_applied(self, runner_id: str, outcome: str, detail: str) -> None:
+        with self.lock:
+            self.co_writer_log.append({"time": time.time(), "runner_id": runner_id, "outcome": outcome,
+                                       "detail": detail})
 
     # -- used by the request handlers (under the lock, never across an await)
 
@@ -309,7 +369,7 @@ class EmulatorState:
         self._read_since_write.add(runner_id)
         return copy.deepcopy(runner)
 
-    def update(self, runner_id: str, policy: dict | None, etag: str) -> dict[str, Any]:
+    def update(self, runner_id: str, policy: dict | None, etag: str, who: str = "client") -> dict[str, Any]:
         runner = self.runners.get(runner_id)
         if runner is None:
             raise ApiError("not_found", f"runner {runner_id!r} not found")
@@ -321,7 +381,7 @@ class EmulatorState:
         if etag != runner["etag"]:
             raise ApiError("failed_precondition", f"etag mismatch for runner {runner_id!r}: re-read and retry")
         self._struck.discard(runner_id)
-        return self.write(runner_id, policy, "client")
+        return self.write(runner_id, policy, who)
 
 
 def default_identity(runner_id: str) -> dict[str, Any]:
