@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 # Local-only dev tools (devcluster, demo) are not in the wheel: run them from the source tree.
 DEVTOOLS := PYTHONPATH=operator $(BIN)/python -m sunk_sandbox_devtools
 
-.PHONY: setup binaries helm promtool slurm slurm-chroots argocd-health image tools-image tools-go demo test unit integration e2e bench bench-scale crd chart-sync clean devcluster-up devcluster-down
+.PHONY: setup binaries helm helm4 kube-oldest promtool slurm slurm-chroots argocd-health image tools-image tools-go demo test unit integration e2e bench bench-scale crd chart-sync clean devcluster-up devcluster-down
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,15 @@ binaries: setup
 # helm, built the same way from hack/helm (the Helm integration tests use it).
 helm: setup
 	$(DEVTOOLS) devcluster helm
+
+# helm 4 beside it, from hack/helm4 (the Helm tests run once per major).
+helm4: setup
+	$(DEVTOOLS) devcluster helm4
+
+# The kube-apiserver of the oldest minor Chart.yaml's kubeVersion accepts, from hack/kube-oldest
+# (tests/integration/test_oldest_kubernetes.py; etcd and kubectl are the current ones).
+kube-oldest: setup
+	$(DEVTOOLS) devcluster oldest
 
 # promtool, built the same way from hack/promtool (`promtool test rules` on the shipped alerts).
 promtool: setup
@@ -62,9 +71,9 @@ release: setup
 registry: setup
 	$(DEVTOOLS) registry build
 
-# helm, promtool, argocd-health, the Slurm chroots and the image are built in the background while the
-# tests that need none of them run (sunk_sandbox_devtools/tools.py): the chroots then the image beside
-# the control plane's build, the Go tools after it (they reuse its compiled k8s.io packages); slurm
+# helm 3 and 4, promtool, argocd-health, the oldest kube-apiserver, the Slurm chroots and the image
+# are built in the background while the tests that need none of them run
+# (sunk_sandbox_devtools/tools.py): the chroots then the image beside the control plane's build, the Go tools after it (they reuse its compiled k8s.io packages); slurm
 # first, so two apt-get never overlap.
 tools-image: setup
 	$(DEVTOOLS) tools start image
@@ -78,7 +87,7 @@ test: slurm tools-image binaries tools-go
 unit: setup
 	$(BIN)/python -m pytest -ra tests/unit
 
-integration: binaries helm promtool slurm slurm-chroots argocd-health
+integration: binaries helm helm4 promtool slurm slurm-chroots argocd-health kube-oldest
 	$(BIN)/python -m pytest -ra tests/integration
 
 e2e: binaries image

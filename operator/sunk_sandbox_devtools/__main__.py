@@ -12,7 +12,8 @@ commands:
   slurm       install | up: slurmctld + slurmd + slurmrestd (JWT) for the tests
   demo        the whole thing locally: control plane, emulator, operator, example binding
   image       build the operator image with buildah on a debootstrap base (cached)
-  tools       start|build image|go: the image; helm, promtool, argocd-health (start: in the background)
+  tools       start|build image|go: the image; helm 3 and 4, promtool, argocd-health, the oldest
+              kube-apiserver (start: in the background)
   chart       sync: write the Helm chart's copies (CRD, alerts, dashboard), appVersion, README values table
   release     build the release artifacts into dist/ (chart, image archive, SBOM, wheel, kubectl plugin, krew)
   registry    build: the OCI registry of the release test (distribution, from hack/registry; cached)

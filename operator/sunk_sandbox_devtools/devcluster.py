@@ -32,6 +32,7 @@ CACHE_ROOT = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "s
 STATE_DIR = REPO_ROOT / ".devcluster"
 BINARIES = ("etcd", "kube-apiserver", "kubectl")
 HELM = ("helm",)  # built the same way, cached in its own directory (only the Helm tests need it)
+OLDEST_APISERVER = ("kube-apiserver",)  # the oldest minor the chart accepts (etcd and kubectl: the current ones)
 PROMTOOL = ("promtool",)  # likewise (the alert-rule tests)
 ARGOCD_HEALTH = ("argocd-health",)  # likewise (Argo CD's own health engine on the shipped health.lua)
 CLI = "PYTHONPATH=operator .venv/bin/python -m sunk_sandbox_devtools devcluster"  # from the repository root
@@ -52,6 +53,15 @@ def versions() -> tuple[str, str]:
 
 def helm_version() -> str:
     return _pinned(HACK / "helm", "helm.sh/helm/v3")
+
+
+def helm4_version() -> str:
+    return _pinned(HACK / "helm4", "helm.sh/helm/v4")
+
+
+def oldest_kube_version() -> str:
+    """The Kubernetes of hack/kube-oldest: the oldest minor Chart.yaml's kubeVersion accepts."""
+    return _pinned(HACK / "kube-oldest", "k8s.io/kubernetes")
 
 
 def promtool_version() -> str:
@@ -77,29 +87,63 @@ def _go_build(module: str, out: Path, *packages: str, ldflags: str = "-s -w", na
                    cwd=HACK / module, env=env, check=True)
 
 
+def _kube_ldflags(kube: str) -> str:
+    """The version the binaries report (`/version`: what Helm checks a chart's kubeVersion against)."""
+    minor = kube.lstrip("v").split(".")
+    return (f"-s -w -X k8s.io/component-base/version.gitVersion={kube} "
+            f"-X k8s.io/component-base/version.gitMajor={minor[0]} -X k8s.io/component-base/version.gitMinor={minor[1]}")
+
+
 def build_binaries(out: Path) -> None:
     """Build kube-apiserver, kubectl and etcd with `go build` into the directory `out` (cold: minutes)."""
     kube, etcd = versions()
-    minor = kube.lstrip("v").split(".")
-    ldflags = (
-        f"-s -w -X k8s.io/component-base/version.gitVersion={kube} "
-        f"-X k8s.io/component-base/version.gitMajor={minor[0]} -X k8s.io/component-base/version.gitMinor={minor[1]}"
-    )
     started = time.monotonic()
     _log(f"building kube-apiserver and kubectl {kube} (first time only, several minutes)")
-    _go_build("kube", out, "k8s.io/kubernetes/cmd/kube-apiserver", "k8s.io/kubernetes/cmd/kubectl", ldflags=ldflags)
+    _go_build("kube", out, "k8s.io/kubernetes/cmd/kube-apiserver", "k8s.io/kubernetes/cmd/kubectl",
+              ldflags=_kube_ldflags(kube))
     _log(f"building etcd {etcd}")
     _go_build("etcd", out, "go.etcd.io/etcd/server/v3", name="etcd")
     _log(f"built in {time.monotonic() - started:.0f}s")
 
 
+def _helm3_kube_minor() -> str:
+    """The Kubernetes minor of hack/helm's client-go (v0.37.x: 1.37)."""
+    return "1." + _pinned(HACK / "helm", "k8s.io/client-go").split(".")[1]
+
+
 def build_helm(out: Path) -> None:
     """Build helm from the pinned wrapper module in hack/helm (cold: about a minute)."""
     version = helm_version()
+    major, minor = _helm3_kube_minor().split(".")
     started = time.monotonic()
     _log(f"building helm {version} (first time only)")
+    # The Kubernetes version `helm template` and `lint` assume (Chart.yaml kubeVersion is checked
+    # against it): Helm 3's Makefile sets it from client-go's, else it is 1.20. Helm 4 reads it from
+    # the build info.
+    kube = " ".join(f"-X helm.sh/helm/v3/pkg/{pkg}.k8sVersionMajor={major} "
+                    f"-X helm.sh/helm/v3/pkg/{pkg}.k8sVersionMinor={minor}" for pkg in ("chartutil", "lint/rules"))
     _go_build("helm", out, "helm.sh/helm/v3/cmd/helm",
-              ldflags=f"-s -w -X helm.sh/helm/v3/internal/version.version={version}")
+              ldflags=f"-s -w -X helm.sh/helm/v3/internal/version.version={version} {kube}")
+    _log(f"built in {time.monotonic() - started:.0f}s")
+
+
+def build_helm4(out: Path) -> None:
+    """Build helm 4 from the pinned wrapper module in hack/helm4, beside helm 3 (its own cache directory)."""
+    version = helm4_version()
+    started = time.monotonic()
+    _log(f"building helm {version} (first time only)")
+    _go_build("helm4", out, "helm.sh/helm/v4/cmd/helm",
+              ldflags=f"-s -w -X helm.sh/helm/v4/internal/version.version={version}")
+    _log(f"built in {time.monotonic() - started:.0f}s")
+
+
+def build_oldest_apiserver(out: Path) -> None:
+    """Build the kube-apiserver of hack/kube-oldest (no k8s.io package in common with hack/kube: a full
+    compile, minutes)."""
+    kube = oldest_kube_version()
+    started = time.monotonic()
+    _log(f"building kube-apiserver {kube}, the oldest minor the chart accepts (first time only, minutes)")
+    _go_build("kube-oldest", out, "k8s.io/kubernetes/cmd/kube-apiserver", ldflags=_kube_ldflags(kube))
     _log(f"built in {time.monotonic() - started:.0f}s")
 
 
@@ -189,7 +233,18 @@ def ensure_binaries() -> Path:
 
 def helm_path() -> Path:
     """Where helm is (or will be): $HELM_BIN when set, else its cache directory's binary."""
-    return Path(os.environ.get("HELM_BIN") or CACHE_ROOT / f"helm-{helm_version()}" / "helm")
+    # The Kubernetes version it defaults to is in the name: binaries built before it was set are not reused.
+    return Path(os.environ.get("HELM_BIN")
+                or CACHE_ROOT / f"helm-{helm_version()}_kube-{_helm3_kube_minor()}" / "helm")
+
+
+def helm4_path() -> Path:
+    return Path(os.environ.get("HELM4_BIN") or CACHE_ROOT / f"helm-{helm4_version()}" / "helm")
+
+
+def oldest_apiserver_path() -> Path:
+    return Path(os.environ.get("OLDEST_APISERVER_BIN")
+                or CACHE_ROOT / f"kube-apiserver-{oldest_kube_version()}" / "kube-apiserver")
 
 
 def promtool_path() -> Path:
@@ -207,6 +262,14 @@ def _ensure_tool(path: Path, env: str, build: Callable[[Path], None], binaries: 
 
 def ensure_helm() -> Path:
     return _ensure_tool(helm_path(), "HELM_BIN", build_helm, HELM)
+
+
+def ensure_helm4() -> Path:
+    return _ensure_tool(helm4_path(), "HELM4_BIN", build_helm4, HELM)
+
+
+def ensure_oldest_apiserver() -> Path:
+    return _ensure_tool(oldest_apiserver_path(), "OLDEST_APISERVER_BIN", build_oldest_apiserver, OLDEST_APISERVER)
 
 
 def ensure_promtool() -> Path:
@@ -319,6 +382,7 @@ class DevCluster:
 
     workdir: Path
     bindir: Path = field(default_factory=ensure_binaries)
+    apiserver: Path | None = None  # another kube-apiserver (an older minor) with bindir's etcd and kubectl
     etcd_port: int = 0
     api_port: int = 0
     pids: dict[str, int] = field(default_factory=dict)
@@ -359,7 +423,7 @@ class DevCluster:
         ], detach)
         d = self.workdir
         self._spawn("kube-apiserver", [
-            str(self.bindir / "kube-apiserver"), f"--etcd-servers={etcd_url}", f"--cert-dir={d}",
+            str(self.apiserver or self.bindir / "kube-apiserver"), f"--etcd-servers={etcd_url}", f"--cert-dir={d}",
             f"--tls-cert-file={d / 'apiserver.crt'}", f"--tls-private-key-file={d / 'apiserver.key'}",
             f"--secure-port={self.api_port}", "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
             "--service-cluster-ip-range=10.0.0.0/24", "--allow-privileged=true",
@@ -549,11 +613,11 @@ def stop_pids(pids: dict[str, int], timeout: float = 10.0) -> None:
 # ------------------------------------------------------------------ CLI
 
 
-def up(workdir: Path = STATE_DIR) -> DevCluster:
+def up(workdir: Path = STATE_DIR, apiserver: Path | None = None) -> DevCluster:
     if (workdir / "state.json").exists():
         down(workdir)
     shutil.rmtree(workdir, ignore_errors=True)
-    return DevCluster(workdir).start(detach=True)
+    return DevCluster(workdir, apiserver=apiserver).start(detach=True)
 
 
 def down(workdir: Path = STATE_DIR) -> bool:
@@ -575,19 +639,26 @@ def main(argv: list[str]) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m sunk_sandbox_devtools devcluster",
                                      description="Local etcd + kube-apiserver for tests and the demo.")
-    parser.add_argument("action", choices=["up", "down", "env", "build", "helm", "promtool", "argocd-health"])
+    parser.add_argument("action", choices=["up", "down", "env", "build", "helm", "helm4", "oldest", "promtool",
+                                           "argocd-health"])
     parser.add_argument("--dir", type=Path, default=STATE_DIR, help="state directory (default: .devcluster/)")
+    parser.add_argument("--oldest", action="store_true",
+                        help="up: the kube-apiserver of the oldest minor the chart accepts (hack/kube-oldest)")
     args = parser.parse_args(argv)
     if args.action == "build":
         print(ensure_binaries())
     elif args.action == "helm":
         print(ensure_helm())
+    elif args.action == "helm4":
+        print(ensure_helm4())
+    elif args.action == "oldest":
+        print(ensure_oldest_apiserver())
     elif args.action == "promtool":
         print(ensure_promtool())
     elif args.action == "argocd-health":
         print(ensure_argocd_health())
     elif args.action == "up":
-        cluster = up(args.dir)
+        cluster = up(args.dir, ensure_oldest_apiserver() if args.oldest else None)
         print(f"control plane at {cluster.server}; run: eval \"$({CLI} env)\"")
     elif args.action == "down":
         print("stopped" if down(args.dir) else "not running")
@@ -600,6 +671,8 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def temp_cluster(audited_users: tuple[str, ...] = ()) -> DevCluster:
-    """A throwaway cluster in a temp dir (pytest session fixture); `audited_users`: see DevCluster."""
-    return DevCluster(Path(tempfile.mkdtemp(prefix="ssb-devcluster-")), audited_users=audited_users).start()
+def temp_cluster(apiserver: Path | None = None, audited_users: tuple[str, ...] = ()) -> DevCluster:
+    """A throwaway cluster in a temp dir (pytest session fixture); `apiserver`: another kube-apiserver
+    binary; `audited_users`: see DevCluster."""
+    return DevCluster(Path(tempfile.mkdtemp(prefix="ssb-devcluster-")), apiserver=apiserver,
+                      audited_users=audited_users).start()

@@ -1,5 +1,5 @@
-"""The tools only some tests need (helm, promtool, argocd-health, the operator image, the Slurm 24.11
-and 26.05 chroots), built in the background while the rest of the suite runs.
+"""The tools only some tests need (helm 3 and 4, promtool, argocd-health, the oldest kube-apiserver, the
+operator image, the Slurm 24.11 and 26.05 chroots), built in the background while the rest of the suite runs.
 
 Cold, they are ~13 minutes of builds on 2 cores; run first, they pushed a cold CI run past its 30
 minute budget, while the test suite leaves about half the CPU idle (it mostly waits on the API
@@ -8,9 +8,10 @@ server). `make test` starts two lanes, each one detached process at the lowest C
 - `tools start image` before the control plane's Go build: the Slurm chroots, then the image, are
   mostly downloads (debootstrap, pip), so they fit beside that build; the chroots first (about a
   minute each, cold): the Slurm tests of those releases run right after the tests that need nothing;
-- `tools start go` after it: helm, promtool and argocd-health one after another, whose k8s.io
-  packages (hack/*/go.mod pin hack/kube's versions) then come from that build's cache instead of
-  being compiled again (measured: started beside it, both compiled them and it took 984 s, not 565).
+- `tools start go` after it: helm, helm 4, promtool, argocd-health and the oldest kube-apiserver one
+  after another, whose k8s.io packages (hack/*/go.mod pin hack/kube's versions; not hack/kube-oldest)
+  then come from that build's cache instead of being compiled again (measured: started beside it,
+  both compiled them and it took 984 s, not 565).
 
 Each tool goes through the same `ensure_*` and under the same lock a test takes, so a test that
 needs one waits for it, or builds it itself if nothing is building it; the tests that need one run
@@ -55,10 +56,14 @@ def _slurm() -> object:
 
 
 # What the suite needs, in the order its late tests use them (tests/conftest.py sorts by this order).
+# The oldest kube-apiserver last (then only the release test's registry, below): the longest build (no
+# package in common with the control plane's), for the one module that needs it.
 GO_TOOLS: tuple[tuple[str, Callable[[], object], Callable[[], Path]], ...] = (
     ("helm", devcluster.ensure_helm, devcluster.helm_path),
+    ("helm4", devcluster.ensure_helm4, devcluster.helm4_path),
     ("promtool", devcluster.ensure_promtool, devcluster.promtool_path),
     ("argocd-health", devcluster.ensure_argocd_health, devcluster.argocd_health_path),
+    ("kube-oldest", devcluster.ensure_oldest_apiserver, devcluster.oldest_apiserver_path),
 )
 # The OCI registry of the release test (tests/e2e/test_release.py, which runs last, with the image's).
 GO_TOOLS += (("registry", registry.ensure_registry, registry.registry_path),)
@@ -106,8 +111,8 @@ def main(argv: list[str]) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m sunk_sandbox_devtools tools",
-                                     description="Build helm, promtool, argocd-health, the Slurm chroots and the "
-                                     "image (cached).")
+                                     description="Build helm 3 and 4, promtool, argocd-health, the oldest "
+                                                 "kube-apiserver, the Slurm chroots and the image (cached).")
     parser.add_argument("action", choices=["start", "build"])
     parser.add_argument("lane", choices=["image", "go"])
     args = parser.parse_args(argv)

@@ -148,11 +148,11 @@ def test_a_reverted_list_is_put_back_within_seconds(installed, operator, emulato
 # ---------------------------------------------------------------- a real Helm
 
 
-def helm(kube, *args: str) -> subprocess.CompletedProcess:
-    from sunk_sandbox_devtools.devcluster import ensure_helm
+def helm(kube, *args: str, major: int = 3, check: bool = True) -> subprocess.CompletedProcess:
+    from sunk_sandbox_devtools.devcluster import ensure_helm, ensure_helm4
 
-    return subprocess.run([str(ensure_helm()), "--kubeconfig", str(kube.cluster.kubeconfig), *args],
-                          check=True, capture_output=True, text=True, timeout=120)
+    return subprocess.run([str(ensure_helm() if major == 3 else ensure_helm4()), "--kubeconfig",
+                           str(kube.cluster.kubeconfig), *args], check=check, capture_output=True, text=True, timeout=120)
 
 
 def template_annotations(kube, ns: str) -> dict:
@@ -160,11 +160,12 @@ def template_annotations(kube, ns: str) -> dict:
     return dict(dep.spec.template.metadata.annotations or {})
 
 
-@pytest.mark.needs_tool("helm")
-def test_helm_upgrade_reverting_the_list_is_restored_and_the_scheduler_rolled(installed, operator, emulator, ns):
+@pytest.mark.parametrize("major", [pytest.param(3, id="helm3", marks=pytest.mark.needs_tool("helm")),
+                                   pytest.param(4, id="helm4", marks=pytest.mark.needs_tool("helm4"))])
+def test_helm_upgrade_reverting_the_list_is_restored_and_the_scheduler_rolled(installed, operator, emulator, ns, major):
     grant_secret_read(installed, ns)
     create_token_secret(installed, ns)
-    helm(installed, "install", "slurm", str(CHART), "-n", ns)
+    helm(installed, "install", "slurm", str(CHART), "-n", ns, major=major)
     # No controller-manager here: the pod the chart's Deployment would run, made by hand.
     labels = {"app.kubernetes.io/name": "sunk-scheduler"}
     installed.core.create_namespaced_pod(ns, {
@@ -186,9 +187,24 @@ def test_helm_upgrade_reverting_the_list_is_restored_and_the_scheduler_rolled(in
         ns, field_selector="reason=TargetManagedElsewhere").items if e.type == "Warning"], 10)
     rolled = template_annotations(installed, ns)[GENERATION]
 
+    upgrade = ["upgrade", "slurm", str(CHART), "-n", ns]
+    if major == 4:
+        # Helm 4 applies server-side: the operator's write of scheduler.conf made it the field's owner,
+        # so an upgrade that renders another value there is refused, naming the operator. The release
+        # is marked failed; the ConfigMap keeps our list (and misses the chart's change), while the
+        # other objects were applied (the Deployment's checksum: a restart, on our list).
+        refused = helm(installed, *upgrade, "--set", "scheduler.logLevel=warn", major=4, check=False)
+        assert refused.returncode != 0
+        assert 'conflict with "sunk-sandbox-operator"' in refused.stderr and ".data.scheduler.conf" in refused.stderr
+        history = helm(installed, "history", "slurm", "-n", ns, "-o", "json", major=4).stdout
+        assert json.loads(history)[-1]["status"] == "failed"
+        conf = installed.core.read_namespaced_config_map(CM, ns).data[KEY]
+        assert set(names) <= set(listed(installed, ns)) and "logLevel: warn" not in conf
+        assert template_annotations(installed, ns)[GENERATION] == rolled  # not rolled: the list did not change
+        upgrade.append("--force-conflicts")  # what the README tells Helm 4 users to pass
     # A value change re-renders the ConfigMap (the chart's list) and the Deployment (checksum): the
     # scheduler restarts on the chart's list. The operator puts the list back and rolls it again.
-    helm(installed, "upgrade", "slurm", str(CHART), "-n", ns, "--set", "scheduler.logLevel=debug")
+    helm(installed, *upgrade, "--set", "scheduler.logLevel=debug", major=major)
     upgraded = time.monotonic()
     wait_for(lambda: set(names) <= set(listed(installed, ns))
              and template_annotations(installed, ns).get(GENERATION) != rolled, 10,
@@ -204,10 +220,10 @@ def test_helm_upgrade_reverting_the_list_is_restored_and_the_scheduler_rolled(in
     assert_stays(unchanged, 2)  # rolled once
 
     # An upgrade that changes nothing: Helm's three-way merge still puts its render of scheduler.conf
-    # back (measured with helm 3.22), but leaves the Deployment alone: the running scheduler is still
+    # back (measured with helm 3.22; Helm 4.3 applies it server-side, forced), but leaves the Deployment alone: the running scheduler is still
     # on our list. The list is put back; the scheduler is not restarted.
     cm_rv = installed.core.read_namespaced_config_map(CM, ns).metadata.resource_version
-    helm(installed, "upgrade", "slurm", str(CHART), "-n", ns, "--reuse-values")
+    helm(installed, *upgrade, "--reuse-values", major=major)
     wait_for(lambda: installed.core.read_namespaced_config_map(CM, ns).metadata.resource_version != cm_rv, 10)
     took = timed(lambda: set(names) <= set(listed(installed, ns)), 10, lambda: str(listed(installed, ns)))
     print(f"helm upgrade (nothing changed) -> list restored, no roll: {took:.2f}s")

@@ -103,3 +103,12 @@ def test_chart_metadata() -> None:
     meta = yaml.safe_load((CHART / "Chart.yaml").read_text())
     assert meta["apiVersion"] == "v2" and meta["name"] == "sunk-sandbox-operator" and meta["type"] == "application"
     assert re.fullmatch(r"\d+\.\d+\.\d+", meta["version"])
+
+
+def test_kube_version_is_the_minor_the_oldest_tests_run_on() -> None:
+    """kubeVersion names the minor of hack/kube-oldest (tests/integration/test_oldest_kubernetes.py):
+    raise both together. `-0`: managed clusters report pre-release-tagged versions (v1.31.4-eks-...)."""
+    from sunk_sandbox_devtools import devcluster
+
+    major, minor, _ = devcluster.oldest_kube_version().lstrip("v").split(".")
+    assert yaml.safe_load((CHART / "Chart.yaml").read_text())["kubeVersion"] == f">={major}.{minor}.0-0"

@@ -182,6 +182,27 @@ def test_ensure_binaries_uses_the_versioned_cache_and_never_builds_when_cached(t
     assert devcluster.ensure_binaries() == cached
 
 
+def test_helm4_and_the_oldest_apiserver_have_cache_directories_of_their_own(tmp_path, monkeypatch):
+    """helm 4 beside helm 3 (the same binary name: it is the field manager Helm writes as), the oldest
+    kube-apiserver beside the current control plane's, each per pinned version; $*_BIN wins."""
+    from sunk_sandbox_devtools import tools
+
+    monkeypatch.setattr(devcluster, "CACHE_ROOT", tmp_path)
+    for env in ("HELM_BIN", "HELM4_BIN", "OLDEST_APISERVER_BIN"):
+        monkeypatch.delenv(env, raising=False)
+    assert devcluster.helm4_version().startswith("v4.") and devcluster.helm_version().startswith("v3.")
+    assert devcluster.helm4_path() == tmp_path / f"helm-{devcluster.helm4_version()}" / "helm"
+    assert devcluster.helm4_path().parent != devcluster.helm_path().parent
+    oldest, current = devcluster.oldest_kube_version(), devcluster.versions()[0]
+    assert int(oldest.split(".")[1]) < int(current.split(".")[1])
+    assert devcluster.oldest_apiserver_path() == tmp_path / f"kube-apiserver-{oldest}" / "kube-apiserver"
+    monkeypatch.setenv("OLDEST_APISERVER_BIN", "/opt/k8s/kube-apiserver")
+    assert devcluster.ensure_oldest_apiserver() == Path("/opt/k8s/kube-apiserver")  # no build
+    names = [name for name, _, _ in tools.GO_TOOLS]
+    # the oldest kube-apiserver the last of the test tools: only the release test's registry (run last) after it
+    assert names.index("helm4") == names.index("helm") + 1 and names[-2:] == ["kube-oldest", "registry"]
+
+
 def test_kubebuilder_assets_win_and_must_be_complete(tmp_path, monkeypatch):
     writes_binaries(tmp_path)
     monkeypatch.setenv("KUBEBUILDER_ASSETS", str(tmp_path))
@@ -232,7 +253,7 @@ def test_every_test_that_needs_a_background_tool_is_marked_so_it_runs_last():
     early instead of running last (tests/conftest.py orders by the marker)."""
     import re
 
-    calls = re.compile(r"ensure_(helm|promtool|argocd_health|image)\(")
+    calls = re.compile(r"ensure_(helm4|helm|promtool|argocd_health|oldest_apiserver|image)\(")
     root = Path(__file__).resolve().parents[1]
     unmarked = []
     for path in sorted(root.rglob("test_*.py")):
@@ -240,7 +261,7 @@ def test_every_test_that_needs_a_background_tool_is_marked_so_it_runs_last():
             continue  # unit tests never build a tool (fakes only)
         text = path.read_text()
         for m in calls.finditer(text):
-            tool = m.group(1).replace("_", "-")
+            tool = {"oldest_apiserver": "kube-oldest"}.get(m.group(1), m.group(1).replace("_", "-"))
             marked = f'needs_tool("{tool}")' in text
             if not marked:
                 unmarked.append(f"{path.relative_to(root)}: ensure_{m.group(1)}")

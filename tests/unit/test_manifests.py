@@ -271,8 +271,10 @@ def test_deployment_shape(deployment, container):
     ]
     assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"metrics": 8080, "health": 8081}
     env = {e["name"]: e for e in container["env"]}
-    assert env["POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
-    assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    # apiVersion spelled out: the API server defaults it inside fieldRef, an atomic struct, so a
+    # server-side apply that omits it conflicts with a manager that owns the defaulted value.
+    assert env["POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}
+    assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}
 
 
 def test_pod_disruption_budget_keeps_one_replica(objects, deployment):

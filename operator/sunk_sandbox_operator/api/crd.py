@@ -126,6 +126,10 @@ def _status_schema() -> dict[str, Any]:
     conds = schema["properties"]["conditions"]
     conds["x-kubernetes-list-type"] = "map"
     conds["x-kubernetes-list-map-keys"] = ["type"]
+    # kstatus (Helm 4's --wait, Flux, Argo CD's health check) counts a binding with no status as
+    # Current, before the operator has seen it: until its first status write, the API server shows
+    # observedGeneration -1, not yet the generation (as Flux's own CRDs do).
+    schema["default"] = {"observedGeneration": -1}
     return schema
 
 

@@ -174,7 +174,8 @@ class SlurmStatus(_Status):
 class BindingStatus(_Status):
     """Observed state of a SunkSandboxBinding."""
 
-    observed_generation: Optional[int] = Field(default=None, description="metadata.generation last reconciled.")
+    observed_generation: Optional[int] = Field(default=None, description="metadata.generation last reconciled; "
+                                               "-1 until the operator's first status write.")
     scheduler: Optional[SchedulerStatus] = Field(default=None, description="The scheduler as found.")
     policy: Optional[PolicyStatus] = Field(default=None, description="The runner policy.")
     scope: Optional[ScopeStatus] = Field(default=None, description="The watched-namespace list.")
