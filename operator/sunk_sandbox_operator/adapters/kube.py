@@ -78,6 +78,8 @@ class KubeAPI(Protocol):
     async def get_binding(self, namespace: str, name: str) -> dict[str, Any]: ...
     async def list_namespaces(self) -> list[dict[str, Any]]: ...
     async def get_node(self, name: str) -> dict[str, Any]: ...
+    async def get_namespace(self, name: str) -> dict[str, Any]: ...
+    async def get_pod(self, namespace: str, name: str) -> dict[str, Any]: ...
     async def list_pods_everywhere(self, label_selector: str | None = None, field_selector: str | None = None,
                                    each: Callable[[dict[str, Any]], Any] | None = None) -> list[Any]: ...
 
@@ -243,6 +245,12 @@ class Kube:
 
     async def get_node(self, name: str) -> dict:
         return await self._get(f"/api/v1/nodes/{name}")
+
+    async def get_namespace(self, name: str) -> dict:
+        return await self._get(f"/api/v1/namespaces/{name}")
+
+    async def get_pod(self, namespace: str, name: str) -> dict:
+        return await self._get(kind_path("Pod", namespace, name))
 
     async def list_pods_everywhere(self, label_selector: str | None = None, field_selector: str | None = None,
                                    each: Callable[[dict], Any] | None = None) -> list[Any]:
