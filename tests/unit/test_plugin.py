@@ -116,3 +116,20 @@ def test_the_console_scripts_are_the_plugin_and_its_completion() -> None:
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     assert scripts["kubectl-ssb"] == "sunk_sandbox_operator.plugin:main"
     assert scripts["kubectl_complete-ssb"] == "sunk_sandbox_operator.plugin:complete_main"
+
+
+def test_the_release_archives_completion_script_asks_the_plugin(tmp_path) -> None:
+    """The krew archive's kubectl_complete-ssb (sunk_sandbox_devtools/release.py) runs `kubectl-ssb __complete`."""
+    import subprocess
+    import sys
+
+    from sunk_sandbox_devtools import release
+
+    (tmp_path / "kubectl_complete-ssb").write_bytes(release.COMPLETION_SCRIPT)
+    (tmp_path / "kubectl-ssb").write_text(f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {str(ROOT / 'operator')!r})\n"
+                                          "from sunk_sandbox_operator.plugin import main\nsys.exit(main())\n")
+    for name in ("kubectl_complete-ssb", "kubectl-ssb"):
+        (tmp_path / name).chmod(0o755)
+    out = subprocess.run([str(tmp_path / "kubectl_complete-ssb"), "why", ""], capture_output=True, text=True,
+                         env={"PATH": f"{tmp_path}:/usr/bin:/bin", **NOWHERE}, timeout=60)
+    assert (out.returncode, out.stdout) == (0, "pod\nnamespace\n:4\n"), out.stderr

@@ -10,7 +10,7 @@ from typing import Any
 from sunk_sandbox_operator.api.keys import (SCOPE_GENERATION_ANNOTATION, SCOPE_HASH_ANNOTATION,
                                             SCOPE_ROLLED_AT_ANNOTATION)
 from sunk_sandbox_operator.api.spec import parse_spec
-from sunk_sandbox_operator.core import why
+from sunk_sandbox_operator.core import why, why_facts
 from sunk_sandbox_operator.core.grants import Grant
 from sunk_sandbox_operator.core.ledger import Entry, Ledger
 from sunk_sandbox_operator.core.pods import decode_pod
@@ -31,7 +31,7 @@ PARTITION_PATH = 'base.metadata.annotations["sunk.coreweave.com/partition"]'
 
 
 def iso(ts: float) -> str:
-    return why._iso(ts)
+    return why_facts.iso(ts)
 
 
 def spec(**over: Any) -> Any:
@@ -289,3 +289,14 @@ def test_the_wire_form_names_the_broken_link() -> None:
     assert doc["pod"] == "sbx-1" and [x["id"] for x in doc["links"]][:2] == ["binding", "scheduler"]
     ok = why.wire(healthy(), why.evaluate(healthy()))
     assert ok["placeable"] is True and ok["verdict"] == "placeable" and ok["brokenLink"] is None
+
+
+def test_the_readme_says_what_each_link_reads() -> None:
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = text.split("<!-- why-reads:begin")[1].split("<!-- why-reads:end -->")[0]
+    rows = {i: reads for i, _, reads in re.findall(r"^\| `([a-z-]+)` \| (.+?) \| (.+?) \|$", block, re.M)}
+    assert rows == why.READS
+    assert list(why.READS) == [c.__name__ for c in why.CHAIN]

@@ -14,69 +14,23 @@ and pending hints (core/slurm_jobs.py).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from typing import Any
 
-from ..api.keys import SCOPE_GENERATION_ANNOTATION, SCOPE_HASH_ANNOTATION, SCOPE_ROLLED_AT_ANNOTATION
 from ..api.reasons import GracePeriodSafe
 from . import grace as gr
 from .placement import observe_pod
 from .pods import parse_time
 from .policy import PolicyError, desired_fields
-from .scheduler import is_ready, scheduler_condition
-from .scope import decide_roll, scheduler_workload, scope_hash
+from .scheduler import scheduler_condition
 from .slurm import FINISHED, NO_REASON
 from .slurm_jobs import hint
-from .target_ref import APPLICATION, CONFIGMAP
-from .why_facts import Candidate, Link, Observation, TargetList
+from .why_facts import (WAITS, Candidate, Done, Link, Observation, TargetList, condition_note, iso, link_broken,
+                        link_ok, link_skipped, link_unknown, scheduler_list)
+from .why_roll import rolled
 
-Done = Mapping[str, Link]
 Check = Callable[[Observation, Done], "Link | None"]
-
-
-def _ok(id_: str, name: str, detail: str) -> Link:
-    return Link(id_, name, True, detail)
-
-
-def _broken(id_: str, name: str, detail: str, fix: str) -> Link:
-    return Link(id_, name, False, detail, fix)
-
-
-def _skip(id_: str, name: str, detail: str) -> Link:
-    return Link(id_, name, None, detail)
-
-
-def _unknown(id_: str, name: str, detail: str, fix: str = "") -> Link:
-    return Link(id_, name, None, detail, fix, unknown=True)
-
-
-def _iso(ts: float) -> str:
-    return datetime.fromtimestamp(int(ts), timezone.utc).isoformat().replace("+00:00", "Z")
-
-
-def _holds(done: Done, id_: str) -> bool:
-    link = done.get(id_)
-    return link is not None and link.ok is True
-
-
-def _condition(b: Candidate, ctype: str) -> str:
-    """' (the binding's ScopeSynced is False, GrantsNotAllowed: …)' when the operator recorded it False."""
-    conds = b.status.get("conditions") if isinstance(b.status, Mapping) else None
-    c = next((c for c in conds or () if isinstance(c, Mapping) and c.get("type") == ctype), None)
-    if c is None or c.get("status") != "False":
-        return ""
-    return f" (the binding's {ctype} is False, {c.get('reason')}: {c.get('message')})"
-
-
-def _listed(t: TargetList, values: Sequence[str] | None) -> list[str]:
-    """The list as the scheduler reads it: blank means its own namespace."""
-    return list(values or ()) or [t.own_namespace]
-
-
-WAITS = "not checked: waits on “{}” (see above)"
 
 
 # ---------------------------------------------------------------- the links, in the order a pod travels
@@ -86,16 +40,16 @@ def binding(obs: Observation, done: Done) -> Link:
     id_, n = "binding", "a binding matches the namespace"
     ns = obs.namespace
     if obs.namespace_labels is None:
-        return _broken(id_, n, f"namespace {ns} not found", "check the name (kubectl get namespace)")
+        return link_broken(id_, n, f"namespace {ns} not found", "check the name (kubectl get namespace)")
     if obs.namespace_terminating:
-        return _broken(id_, n, f"namespace {ns} is being deleted: it leaves the scheduler's list",
+        return link_broken(id_, n, f"namespace {ns} is being deleted: it leaves the scheduler's list",
                        "nothing to do: a sandbox in a namespace being deleted is not placed")
     if obs.bindings_error:
-        return _unknown(id_, n, obs.bindings_error, "run it with credentials that may list SunkSandboxBindings")
+        return link_unknown(id_, n, obs.bindings_error, "run it with credentials that may list SunkSandboxBindings")
     refused = f"; refused by the operator's settings (they match nothing): {'; '.join(obs.refused)}" if obs.refused else ""
     b = obs.binding
     if b is None:
-        return _broken(id_, n, f"no SunkSandboxBinding's spec.sandboxNamespaces matches namespace {ns}{refused}",
+        return link_broken(id_, n, f"no SunkSandboxBinding's spec.sandboxNamespaces matches namespace {ns}{refused}",
                        f"add {ns} to a binding's spec.sandboxNamespaces (a name glob matching it, or a selector "
                        "matching its labels); when the operator bounds sandbox namespaces (--sandbox-namespace-"
                        "selector), the namespace must carry that label too")
@@ -103,42 +57,42 @@ def binding(obs: Observation, done: Done) -> Link:
     how = ", ".join(([f"names {', '.join(sn.names)}"] if sn.names else []) + (["a selector"] if sn.selector else []))
     mode = "; spec.mode Observe: the operator writes nothing for it" if b.spec.mode == "Observe" else ""
     also = f"; also matched by {', '.join(c.ref for c in obs.candidates[1:])}" if len(obs.candidates) > 1 else ""
-    return _ok(id_, n, f"{b.ref} (spec.sandboxNamespaces: {how}){mode}{also}{refused}")
+    return link_ok(id_, n, f"{b.ref} (spec.sandboxNamespaces: {how}){mode}{also}{refused}")
 
 
 def scheduler(obs: Observation, done: Done) -> Link:
     id_, n = "scheduler", "the scheduler runs"
     if obs.binding is None:
-        return _skip(id_, n, WAITS.format("a binding matches the namespace"))
+        return link_skipped(id_, n, WAITS.format("a binding matches the namespace"))
     if obs.scheduler_error or obs.discovery is None:
-        return _unknown(id_, n, obs.scheduler_error or "not read", "run it with credentials that may list pods and "
+        return link_unknown(id_, n, obs.scheduler_error or "not read", "run it with credentials that may list pods and "
                         "ConfigMaps in the scheduler's namespace")
     status, reason, message = scheduler_condition(obs.discovery)
     if status == "True":
-        return _ok(id_, n, message)
-    return _broken(id_, n, message, getattr(reason, "fix", ""))
+        return link_ok(id_, n, message)
+    return link_broken(id_, n, message, getattr(reason, "fix", ""))
 
 
 def listed(obs: Observation, done: Done) -> Link:
     id_, n = "listed", "listed in the scope target"
     b, t, ns = obs.binding, obs.target, obs.namespace
     if b is None or t is None:
-        return _skip(id_, n, WAITS.format("a binding matches the namespace"))
+        return link_skipped(id_, n, WAITS.format("a binding matches the namespace"))
     if t.error:
-        return _broken(id_, n, f"{t.where}: {t.error}", "fix the target (nothing is listed there meanwhile)"
-                       + _condition(b, "ScopeSynced"))
+        return link_broken(id_, n, f"{t.where}: {t.error}", "fix the target (nothing is listed there meanwhile)"
+                       + condition_note(b, "ScopeSynced"))
     if t.scope_type == "cluster":
-        return _ok(id_, n, f"the scheduler watches every namespace (scope type cluster in {t.where})")
-    values = _listed(t, t.values)
+        return link_ok(id_, n, f"the scheduler watches every namespace (scope type cluster in {t.where})")
+    values = scheduler_list(t, t.values)
     if ns in values:
-        return _ok(id_, n, f"{t.where} lists it{_since(t, ns, b)}")
+        return link_ok(id_, n, f"{t.where} lists it{_since(t, ns, b)}")
     if b.spec.mode == "Observe":
         fix = f"the binding is in Observe mode, so the operator writes nothing: add {ns} by hand, or set spec.mode: Enforce"
     else:
         fix = ("the operator adds a matching namespace within seconds of its creation: check that it runs, and the "
                f"binding's ScopeSynced condition (kubectl describe ssb -n {b.namespace} {b.ref.partition('/')[2]})"
-               + _condition(b, "ScopeSynced"))
-    return _broken(id_, n, f"{t.where} does not list {ns} ({len(values)} namespace(s) listed)", fix)
+               + condition_note(b, "ScopeSynced"))
+    return link_broken(id_, n, f"{t.where} does not list {ns} ({len(values)} namespace(s) listed)", fix)
 
 
 def _since(t: TargetList, ns: str, b: Candidate) -> str:
@@ -150,114 +104,32 @@ def _since(t: TargetList, ns: str, b: Candidate) -> str:
     elif mine is not None and mine.preexisting is not None and ns in mine.preexisting:
         who = "listed before the operator's first write"
     else:
-        who = "not added by the operator (an admin's or a tool's entry)"
+        who = "an admin's or a tool's entry (not in the operator's ledger)"
     when = f"; the operator last wrote the list at {t.written_at}" if t.written_at else ""
-    return f" ({who}{when})"
-
-
-def rolled(obs: Observation, done: Done) -> Link:
-    id_, n = "rolled", "the running scheduler reads that list"
-    b, t, d, s = obs.binding, obs.target, obs.discovery, obs.scheduler
-    if b is None or t is None or d is None or not _holds(done, "listed"):
-        return _skip(id_, n, WAITS.format("listed in the scope target"))
-    if t.scope_type == "cluster":
-        return _ok(id_, n, "cluster scope: a list change does not change what it watches")
-    if t.kind != CONFIGMAP:
-        return _rendered(obs, b, t)
-    if s.workloads is None:
-        return _unknown(id_, n, f"the scheduler's Deployments and StatefulSets in {d.namespace} were not read: "
-                        f"{s.workloads_error}", "run it with credentials that may list them")
-    values = _listed(t, t.values)
-    selector = b.spec.scheduler.pod_selector
-    dep = scheduler_workload(s.workloads, selector)
-    template = dict((((dep or {}).get("spec") or {}).get("template") or {}).get("metadata") or {})
-    ann = template.get("annotations") or {}
-    wrote = t.ledger.generation > 0
-    if dep is None or not b.spec.scope.restart_scheduler or (ann.get(SCOPE_HASH_ANNOTATION) is None and not wrote):
-        return _started_after(obs, t.changed_at, f"{t.where} holds the list", restart=True)
-    want, what = scope_hash(values), f"{dep.get('kind', 'Deployment')} {d.namespace}/{dep['metadata']['name']}"
-    roll = decide_roll(s.workloads, selector, d.namespace, values, wrote=wrote, hash_annotation=SCOPE_HASH_ANNOTATION,
-                       generation=t.ledger.generation, generation_annotation=SCOPE_GENERATION_ANNOTATION)
-    at = ann.get(SCOPE_ROLLED_AT_ANNOTATION)
-    if roll.workload is not None:
-        last = f"rolled at {at}" if at else "never rolled by the operator"
-        nxt = (b.status.get("scope") or {}).get("nextRollTime") if isinstance(b.status.get("scope"), Mapping) else None
-        due = parse_time(nxt)
-        fix = (f"the operator rolls it at {nxt} (spec.scope.minRollInterval {b.spec.scope.min_roll_interval} folds "
-               "list changes into one restart)" if due is not None and due > obs.now else
-               "the operator rolls it at its next sync: check that it runs; or restart it yourself: "
-               f"kubectl -n {d.namespace} rollout restart {what.split()[0].lower()}/{dep['metadata']['name']}")
-        return _broken(id_, n, f"{what}'s pod template carries scope-hash {ann.get(SCOPE_HASH_ANNOTATION) or 'none'} "
-                       f"(generation {ann.get(SCOPE_GENERATION_ANNOTATION) or 'none'}, {last}) but the list hashes to "
-                       f"{want} (ledger generation {t.ledger.generation}): the running scheduler predates the list",
-                       fix + _condition(b, "ScopeSynced"))
-    running = [p for p in s.pods if is_ready(p) and
-               (((p.get("metadata") or {}).get("annotations") or {}).get(SCOPE_HASH_ANNOTATION)) == want]
-    rolled_at = f" at {at}" if at else ""
-    if running:
-        return _ok(id_, n, f"{what} was rolled onto it{rolled_at} (scope-hash {want}, generation "
-                   f"{ann.get(SCOPE_GENERATION_ANNOTATION) or 'none'}); {len(running)} Ready scheduler pod(s) run it")
-    return _broken(id_, n, f"{what} was rolled onto it{rolled_at} (scope-hash {want}) but no Ready scheduler pod "
-                   "carries that hash yet: the rollout has not finished",
-                   f"kubectl -n {d.namespace} rollout status {what.split()[0].lower()}/{dep['metadata']['name']}; the "
-                   "new pod's events and logs say why it is not Ready")
-
-
-def _rendered(obs: Observation, b: Candidate, t: TargetList) -> Link:
-    """Argo CD / Flux render the chart from the target: the scheduler reads its own scheduler.conf."""
-    id_, n, s, ns = "rolled", "the running scheduler reads that list", obs.scheduler, obs.namespace
-    tool = "Argo CD" if t.kind == APPLICATION else "Flux"
-    if s.rendered_where is None:
-        return _unknown(id_, n, f"no scheduler.conf ConfigMap of the scheduler was found: what {tool} rendered for it "
-                        "cannot be read")
-    if s.rendered_type != "cluster" and ns not in _listed(t, s.rendered):
-        fix = (f"sync the Application (argocd app sync {t.where.split()[1]})" if t.kind == APPLICATION else
-               "reconcile the HelmRelease (flux reconcile helmrelease …)")
-        return _broken(id_, n, f"{tool} has not rendered it into the scheduler's own {s.rendered_where} yet "
-                       f"({len(_listed(t, s.rendered))} namespace(s) there)", fix + "; the chart's checksum "
-                       "annotation then rolls the scheduler")
-    return _started_after(obs, s.rendered_changed_at, f"{tool} rendered it into {s.rendered_where}", restart=False)
-
-
-def _started_after(obs: Observation, changed_at: str | None, lead: str, *, restart: bool) -> Link:
-    """No scope hash to compare: did the Ready scheduler pods start after the list last changed?"""
-    id_, n = "rolled", "the running scheduler reads that list"
-    ready = [p for p in obs.scheduler.pods if is_ready(p)]
-    starts = [t for p in ready if (t := parse_time((p.get("metadata") or {}).get("creationTimestamp"))) is not None]
-    changed = parse_time(changed_at)
-    if not starts or changed is None:
-        return _unknown(id_, n, f"{lead}; when it last changed or when the scheduler started is not recorded")
-    oldest = min(starts)
-    if oldest >= math.floor(changed):
-        return _ok(id_, n, f"{lead}; the Ready scheduler pod(s) started at {_iso(oldest)}, after its last change at "
-                   f"{changed_at}")
-    how = " — or let the operator: spec.scope.restartScheduler: true" if restart else ""
-    return _unknown(id_, n, f"{lead}, but the oldest Ready scheduler pod started at {_iso(oldest)}, before its last "
-                    f"change at {changed_at}: whether the scheduler re-reads its config without a restart is unknown",
-                    f"restart the scheduler if it reads its config only at start (kubectl rollout restart){how}")
+    return f": {who}{when}"
 
 
 def rbac(obs: Observation, done: Done) -> Link:
     id_, n = "rbac", "the scheduler may watch pods there"
     b, a, ns = obs.binding, obs.access, obs.namespace
     if b is None or a is None:
-        return _skip(id_, n, WAITS.format("the scheduler runs"))
+        return link_skipped(id_, n, WAITS.format("the scheduler runs"))
     if a.allowed is None:
-        return _unknown(id_, n, a.error or "not asked", "run it with credentials that may create SubjectAccessReviews")
+        return link_unknown(id_, n, a.error or "not asked", "run it with credentials that may create SubjectAccessReviews")
     via = "".join(f"; RoleBinding {g.namespace}/{g.name} binds ClusterRole {g.role[2]}" for g in a.grants)
     what = f"ServiceAccount {a.service_account} may watch pods and create pods/binding in {ns} (SubjectAccessReview)"
     if a.allowed:
-        return _ok(id_, n, what + via)
+        return link_ok(id_, n, what + via)
     role = b.spec.scope.grant_cluster_role
     if not role:
         fix = (f"grant it: set spec.scope.grantClusterRole (e.g. sunk-scheduler-sandbox; the operator's --allow-grant "
                f"must cover {ns}), or bind a Role allowing those verbs to ServiceAccount {a.service_account} in {ns}")
     elif not a.grants:
         fix = f"the operator has not granted ClusterRole {role} in {ns}" + (
-            _condition(b, "ScopeSynced") or ": check that it runs and that its --allow-grant covers the namespace")
+            condition_note(b, "ScopeSynced") or ": check that it runs and that its --allow-grant covers the namespace")
     else:
         fix = f"ClusterRole {role} lacks watch on pods or create on pods/binding: add those rules to it"
-    return _broken(id_, n, what.replace(" may ", " may not ", 1) + f": its sandboxes there stay Pending{via}", fix)
+    return link_broken(id_, n, what.replace(" may ", " may not ", 1) + f": its sandboxes there stay Pending{via}", fix)
 
 
 def _desired(b: Candidate, name: str) -> Mapping[str, str]:
@@ -268,13 +140,13 @@ def policy(obs: Observation, done: Done) -> Link:
     id_, n = "policy", "the runner policy routes to the scheduler"
     b, d, p = obs.binding, obs.discovery, obs.policy
     if b is None or d is None or not d.name:
-        return _skip(id_, n, WAITS.format("the scheduler runs"))
+        return link_skipped(id_, n, WAITS.format("the scheduler runs"))
     try:
         want = _desired(b, d.name)
     except PolicyError as exc:
-        return _broken(id_, n, str(exc), "fix the binding's spec")
+        return link_broken(id_, n, str(exc), "fix the binding's spec")
     if p is None or not p.source:
-        return _unknown(id_, n, f"the runner's policy was not read ({p.unread if p else 'not asked'}) and the "
+        return link_unknown(id_, n, f"the runner's policy was not read ({p.unread if p else 'not asked'}) and the "
                         "binding's status records no path it owns")
     src = (f"runner {b.spec.runner.id}'s policy" if p.source == "runner" else
            f"the binding's status.policy.owned (the runner's policy was not read: {p.unread})")
@@ -284,9 +156,9 @@ def policy(obs: Observation, done: Done) -> Link:
         fields = ", ".join(f"{path} {v!r}" for path, v in want.items())
         fix = (f"another owner manages the policy (spec.policy.management: Observe): add {fields} to it"
                if b.spec.policy.management == "Observe" or b.spec.mode == "Observe" else
-               "the operator writes them at its next reconcile: check that it runs" + _condition(b, "PolicySynced"))
-        return _broken(id_, n, f"{src}: {'; '.join(wrong)} (the binding wants {fields})", fix)
-    return _ok(id_, n, f"{src} sets " + ", ".join(f"{path} {v!r}" for path, v in want.items()))
+               "the operator writes them at its next reconcile: check that it runs" + condition_note(b, "PolicySynced"))
+        return link_broken(id_, n, f"{src}: {'; '.join(wrong)} (the binding wants {fields})", fix)
+    return link_ok(id_, n, f"{src} sets " + ", ".join(f"{path} {v!r}" for path, v in want.items()))
 
 
 def pod(obs: Observation, done: Done) -> Link | None:
@@ -295,11 +167,11 @@ def pod(obs: Observation, done: Done) -> Link | None:
     if obs.kind != "pod" or p is None:
         return None
     if b is None or d is None or not d.name:
-        return _skip(id_, n, WAITS.format("the scheduler runs"))
+        return link_skipped(id_, n, WAITS.format("the scheduler runs"))
     facts = observe_pod(p, scheduler_name=d.name, partition=None, pinned=b.spec.pinned_annotations(), kill_wait=None)
     if facts.mismatch is None:
         pinned = "".join(f", {k} {v!r}" for k, v in sorted(b.spec.pinned_annotations().items()))
-        return _ok(id_, n, f"spec.schedulerName {d.name!r}{pinned}")
+        return link_ok(id_, n, f"spec.schedulerName {d.name!r}{pinned}")
     applied = parse_time(obs.policy.applied_at) if obs.policy else None
     if applied is not None and p.created_ts is not None and p.created_ts < applied:
         fix = (f"the pod was created at {p.created}, before the policy was last written at {obs.policy.applied_at if obs.policy else ''}: "
@@ -307,28 +179,28 @@ def pod(obs: Observation, done: Done) -> Link | None:
     else:
         fix = ("a policy change can take a while to reach new sandboxes: start a new one; if new ones still lack it, "
                f"the runner that made this pod is not runner {b.spec.runner.id} (its policy is not this binding's)")
-    return _broken(id_, n, facts.mismatch, fix)
+    return link_broken(id_, n, facts.mismatch, fix)
 
 
 def grace(obs: Observation, done: Done) -> Link:
     id_, n = "grace", "grace below kill-wait − 5 s"
     b, d = obs.binding, obs.discovery
     if b is None or d is None or not d.pods_found:
-        return _skip(id_, n, WAITS.format("the scheduler runs"))
+        return link_skipped(id_, n, WAITS.format("the scheduler runs"))
     kw = d.kill_wait_seconds
     if obs.pod is not None and kw is not None:  # this pod's own grace, whatever the binding expects
         g = obs.pod.grace
         said = f"the pod's terminationGracePeriodSeconds is {g} s; kill-wait is {kw} s ({d.kill_wait_source})"
         if gr.is_safe(g, kw):
-            return _ok(id_, n, f"{said}: {g} < {kw} − {gr.MARGIN_SECONDS}")
-        return _broken(id_, n, f"{said}: Slurm drains the node when it stops; kill-wait must be at least "
+            return link_ok(id_, n, f"{said}: {g} < {kw} − {gr.MARGIN_SECONDS}")
+        return link_broken(id_, n, f"{said}: Slurm drains the node when it stops; kill-wait must be at least "
                        f"{gr.min_safe_kill_wait(g)} ({gr.suggested_kill_wait(g)} suggested)", GracePeriodSafe.TOO_LONG.fix)
     status, _, message = gr.grace_condition(b.spec.expected_grace_period_seconds, obs.sandbox_grace, kw)
     if status == "True":
-        return _ok(id_, n, message)
+        return link_ok(id_, n, message)
     if status == "Unknown":
-        return _unknown(id_, n, message)
-    return _broken(id_, n, message, GracePeriodSafe.TOO_LONG.fix)
+        return link_unknown(id_, n, message)
+    return link_broken(id_, n, message, GracePeriodSafe.TOO_LONG.fix)
 
 
 def job(obs: Observation, done: Done) -> Link | None:
@@ -337,20 +209,20 @@ def job(obs: Observation, done: Done) -> Link | None:
     if obs.kind != "pod" or p is None:
         return None
     if b is None:
-        return _skip(id_, n, WAITS.format("a binding matches the namespace"))
+        return link_skipped(id_, n, WAITS.format("a binding matches the namespace"))
     if b.spec.slurm.rest_api is None:
-        return _skip(id_, n, "not checked: Slurm is not configured (spec.slurm.restAPI)")
+        return link_skipped(id_, n, "not checked: Slurm is not configured (spec.slurm.restAPI)")
     if p.phase in ("Succeeded", "Failed"):
-        return _skip(id_, n, f"the pod has finished ({p.phase})")
+        return link_skipped(id_, n, f"the pod has finished ({p.phase})")
     if j is None or j.error:
-        return _unknown(id_, n, f"{j.where}: {j.error}" if j else "Slurm was not asked")
+        return link_unknown(id_, n, f"{j.where}: {j.error}" if j else "Slurm was not asked")
     age = obs.now - (p.created_ts or obs.now)
     if j.job is None:
         tried = f"job names tried: {', '.join(j.names)}"
         if age < obs.pending_seconds:
-            return _unknown(id_, n, f"no placeholder job yet ({tried}); the pod is {age:.0f} s old: a job counts as "
+            return link_unknown(id_, n, f"no placeholder job yet ({tried}); the pod is {age:.0f} s old: a job counts as "
                             f"missing after {obs.pending_seconds:.0f} s")
-        return _broken(id_, n, f"no placeholder job in {j.where} {age:.0f} s after the pod's creation ({tried})",
+        return link_broken(id_, n, f"no placeholder job in {j.where} {age:.0f} s after the pod's creation ({tried})",
                        "the SUNK scheduler has not submitted one: the links above say whether it watches the "
                        "namespace; the pod's events say whether it rejected the pod (bad annotations); check "
                        "spec.slurm.restAPI.jobNameTemplates against the jobs' names (squeue -o %j)")
@@ -360,14 +232,27 @@ def job(obs: Observation, done: Done) -> Link | None:
         waited = obs.now - j.submitted if j.submitted is not None else None
         why = f" for {f.reason}" + (f": {f.description}" if f.description and f.description != f.reason else "")
         if waited is not None and waited >= obs.pending_seconds:
-            return _broken(id_, n, f"{what}{why}, since its submission at {_iso(j.submitted or 0)} ({waited:.0f} s)",
+            return link_broken(id_, n, f"{what}{why}, since its submission at {iso(j.submitted or 0)} ({waited:.0f} s)",
                            hint(f.reason).replace("ID", str(f.job_id)))
         shown = f"{waited:.0f} s" if waited is not None else "an unknown time"
-        return _unknown(id_, n, f"{what}{why} for {shown}: a reason counts after {obs.pending_seconds:.0f} s")
+        return link_unknown(id_, n, f"{what}{why} for {shown}: a reason counts after {obs.pending_seconds:.0f} s")
     if f.state == "PENDING" or f.state in FINISHED:
-        return _unknown(id_, n, f"{what}" + (f" ({f.reason})" if f.reason not in NO_REASON else ""))
-    return _ok(id_, n, what + (f"; the pod is on node {p.node_name}" if p.node_name else ""))
+        return link_unknown(id_, n, f"{what}" + (f" ({f.reason})" if f.reason not in NO_REASON else ""))
+    return link_ok(id_, n, what + (f"; the pod is on node {p.node_name}" if p.node_name else ""))
 
+
+# What each link reads (the README's table is kept equal to it by tests/unit/test_why.py).
+READS: dict[str, str] = {
+    'binding': 'GET the pod and the Namespace; LIST SunkSandboxBindings',
+    'scheduler': 'LIST pods `-l` podSelector and ConfigMaps in its namespace',
+    'listed': 'GET the target (ConfigMap, Argo CD Application, Flux HelmRelease + ConfigMap)',
+    'rolled': "LIST Deployments and StatefulSets in the scheduler's namespace",
+    'rbac': 'CREATE SubjectAccessReview ×2 (nothing is stored); LIST RoleBindings `-l sunksandbox.dev/binding=…`',
+    'policy': 'GET the token Secret; POST `GetManagedRunner`',
+    'pod': '— (the pod)',
+    'grace': '— (the pod); a namespace: LIST pods `-l sandbox.coreweave.com/sandbox-id` there',
+    'job': 'GET the Slurm JWT Secret; GET `/slurm/VERSION/jobs` at an allowed slurmrestd',
+}
 
 CHAIN: tuple[Check, ...] = (binding, scheduler, listed, rolled, rbac, policy, pod, grace, job)
 

@@ -9,8 +9,9 @@ so `why` answers with the operator stopped. Tokens never appear here.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any, Literal
 
 from ..api.spec import BindingSpec
@@ -134,3 +135,48 @@ class Observation:
     @property
     def subject(self) -> str:
         return f"pod {self.namespace}/{self.pod_name}" if self.kind == "pod" else f"namespace {self.namespace}"
+
+
+# ---------------------------------------------------------------- building links (core/why.py, core/why_roll.py)
+
+Done = Mapping[str, Link]   # the links told so far, by id
+WAITS = "not checked: waits on “{}” (see above)"
+
+
+def link_ok(id_: str, name: str, detail: str) -> Link:
+    return Link(id_, name, True, detail)
+
+
+def link_broken(id_: str, name: str, detail: str, fix: str) -> Link:
+    return Link(id_, name, False, detail, fix)
+
+
+def link_skipped(id_: str, name: str, detail: str) -> Link:
+    return Link(id_, name, None, detail)
+
+
+def link_unknown(id_: str, name: str, detail: str, fix: str = "") -> Link:
+    return Link(id_, name, None, detail, fix, unknown=True)
+
+
+def iso(ts: float) -> str:
+    return datetime.fromtimestamp(int(ts), timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def holds(done: Done, id_: str) -> bool:
+    link = done.get(id_)
+    return link is not None and link.ok is True
+
+
+def condition_note(b: Candidate, ctype: str) -> str:
+    """' (the binding's ScopeSynced is False, GrantsNotAllowed: …)' when the operator recorded it False."""
+    conds = b.status.get("conditions") if isinstance(b.status, Mapping) else None
+    c = next((c for c in conds or () if isinstance(c, Mapping) and c.get("type") == ctype), None)
+    if c is None or c.get("status") != "False":
+        return ""
+    return f" (the binding's {ctype} is False, {c.get('reason')}: {c.get('message')})"
+
+
+def scheduler_list(t: TargetList, values: Sequence[str] | None) -> list[str]:
+    """The list as the scheduler reads it: blank means its own namespace."""
+    return list(values or ()) or [t.own_namespace]
