@@ -19,7 +19,7 @@ from sunk_sandbox_operator.core.scheduler import Discovery
 from sunk_sandbox_operator.core.scope import scope_hash
 from sunk_sandbox_operator.core.slurm import Job
 from sunk_sandbox_operator.core.target_ref import APPLICATION, CONFIGMAP
-from sunk_sandbox_operator.core.why_facts import (Access, Candidate, Jobs, Observation, Policy, Scheduler,
+from sunk_sandbox_operator.core.why_facts import (WAITS, Access, Candidate, Jobs, Observation, Policy, Scheduler,
                                                   TargetList)
 
 NS, SBX = "tenant-slurm", "ds-alice"
@@ -186,13 +186,17 @@ def test_without_a_scope_hash_the_pods_start_is_compared_with_the_lists_last_cha
 
 
 def test_an_application_target_is_judged_by_what_argo_cd_rendered_for_the_scheduler() -> None:
-    target = replace(healthy().target, kind=APPLICATION, where="Application argocd/slurm at scheduler.scope.namespaces")
+    target = replace(healthy().target, kind=APPLICATION, where="Application argocd/slurm at scheduler.scope.namespaces",
+                     renders="argocd/slurm")
     rendered = Scheduler((workload({}),), None, (scheduler_pod({}),), "ConfigMap tenant-slurm/slurm-scheduler-config "
                          "key scheduler.conf", (NS,), "namespace", iso(NOW - 200))
     broken = broken_first(healthy(target=target, scheduler=rendered))
     assert broken.id == "rolled" and "Argo CD has not rendered it" in broken.detail
     assert "argocd app sync argocd/slurm" in broken.fix
     assert links(healthy(target=target, scheduler=replace(rendered, rendered=LIST)))["rolled"].ok is True
+    flux = replace(target, kind="FluxHelmRelease", renders="tenant-slurm/slurm")
+    assert "flux reconcile helmrelease slurm -n tenant-slurm" in broken_first(healthy(target=flux, scheduler=rendered)).fix
+    assert links(healthy(target=None, scheduler_error="denied"))["listed"].detail == WAITS.format("the scheduler runs")
 
 
 def test_rbac_missing_names_who_should_grant_it() -> None:

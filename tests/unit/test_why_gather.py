@@ -156,3 +156,23 @@ async def test_rbac_denied_there_and_no_grant_of_ours() -> None:
     obs = await look(kube, runners, fake, gather.Ask(SBX, "sbx-2"))
     assert obs.access is not None and obs.access.allowed is False and obs.access.grants == ()
     assert why.verdict(why.evaluate(obs)).broken.id == "rbac"  # type: ignore[union-attr]
+
+
+async def test_an_argo_cd_target_is_read_and_the_scheduler_judged_by_what_it_rendered() -> None:
+    """The list lives in the Application's values; the scheduler reads its own rendered scheduler.conf
+    (which does not list ds-alice yet: Argo CD has not synced)."""
+    kube, runners, fake = world()
+    kube.add("applications", {"metadata": {"name": "slurm", "namespace": "argocd"}, "spec": {
+        "source": {"repoURL": "r", "chart": "slurm", "helm": {"valuesObject": {
+            "scheduler": {"scope": {"namespaces": [NS, SBX]}}}}}}})
+    kube.edit("configmaps", NS, "slurm-scheduler-config", lambda cm: cm["data"].update({
+        "scheduler.conf": "scheduler:\n  name: slurm-scheduler\n  scope:\n    type: namespace\n    namespaces: [tenant-slurm]\n"}))
+    kube.store["bindings"].clear()
+    kube.add("bindings", binding_body(scope={"target": {"kind": "ArgoCDApplication",
+                                                        "application": {"name": "slurm", "namespace": "argocd"}}}))
+    reach = TenancyPolicy(allowed_slurm_urls=(SLURM_URL,), reach={NS: ("argocd",)})
+    obs = await look(kube, runners, fake, gather.Ask(SBX, "sbx-2"), reach)
+    assert obs.target is not None and obs.target.values == (NS, SBX) and obs.target.renders == "argocd/slurm"
+    assert obs.scheduler.rendered == (NS,)
+    broken = why.verdict(why.evaluate(obs)).broken
+    assert broken is not None and broken.id == "rolled" and "argocd app sync argocd/slurm" in broken.fix

@@ -32,7 +32,7 @@ from ..core.quantity import parse_quantity
 from ..core.redact import describe
 from ..core.scheduler import Discovery, discover, scheduler_conf_location
 from ..core.slurm_jobs import job_names
-from ..core.target_ref import CONFIGMAP, locate
+from ..core.target_ref import CONFIGMAP, FLUX, locate
 from ..core.why_facts import Access, Candidate, Jobs, Observation, Policy, Scheduler, TargetList
 from . import doctor as dg
 from . import grants, kube as k
@@ -98,17 +98,19 @@ def _written_at(meta: dict) -> str | None:
 
 async def _target(kube: k.KubeAPI, spec: BindingSpec, binding_ns: str, d: Discovery) -> TargetList:
     ref = locate(spec, binding_ns, d.configmap_name)
+    renders = f"{ref.namespace}/{ref.helm_release if ref.kind == FLUX else ref.name}" if ref.kind != CONFIGMAP else None
     try:
         target = targets.build(kube, ref)
         got = await target.read()
     except targets.TargetFailed as exc:
         kind, tns, name = ref.writes
-        return TargetList(f"{kind} {tns}/{name or '(not found)'}", ref.kind, None, None, d.namespace, error=str(exc))
+        return TargetList(f"{kind} {tns}/{name or '(not found)'}", ref.kind, None, None, d.namespace, error=str(exc),
+                          renders=renders)
     meta = _meta(got.obj)
     field = ("data", ref.key or "") if ref.key is not None else ("spec",)
     values = tuple(got.list.values) if got.list.values is not None else None
     return TargetList(target.describe(), ref.kind, values, got.list.scope_type, d.namespace, got.list.error,
-                      got.ledger, managers.last_foreign_change(meta, field, ours=""), _written_at(meta))
+                      got.ledger, managers.last_foreign_change(meta, field, ours=""), _written_at(meta), renders)
 
 
 async def _scheduler(kube: k.KubeAPI, spec: BindingSpec, binding_ns: str, d: Discovery, pods: list[dict],

@@ -77,7 +77,7 @@ def listed(obs: Observation, done: Done) -> Link:
     id_, n = "listed", "listed in the scope target"
     b, t, ns = obs.binding, obs.target, obs.namespace
     if b is None or t is None:
-        return link_skipped(id_, n, WAITS.format("a binding matches the namespace"))
+        return link_skipped(id_, n, WAITS.format("a binding matches the namespace" if b is None else "the scheduler runs"))
     if t.error:
         return link_broken(id_, n, f"{t.where}: {t.error}", "fix the target (nothing is listed there meanwhile)"
                        + condition_note(b, "ScopeSynced"))

@@ -59,6 +59,7 @@ class TargetList:
     ledger: Ledger = field(default_factory=Ledger)
     changed_at: str | None = None              # the newest managedFields time of the object (RFC 3339)
     written_at: str | None = None              # ... of the operator's field manager
+    renders: str | None = None                 # Argo CD / Flux: the Application or HelmRelease (namespace/name)
 
 
 @dataclass(frozen=True)

@@ -79,8 +79,9 @@ def _rendered(obs: Observation, b: Candidate, t: TargetList) -> Link:
         return link_unknown(id_, n, f"no scheduler.conf ConfigMap of the scheduler was found: what {tool} rendered for it "
                         "cannot be read")
     if s.rendered_type != "cluster" and ns not in scheduler_list(t, s.rendered):
-        fix = (f"sync the Application (argocd app sync {t.where.split()[1]})" if t.kind == APPLICATION else
-               "reconcile the HelmRelease (flux reconcile helmrelease …)")
+        ns_, _, name = (t.renders or "NAMESPACE/NAME").partition("/")
+        fix = (f"sync the Application (argocd app sync {ns_}/{name})" if t.kind == APPLICATION else
+               f"reconcile the HelmRelease (flux reconcile helmrelease {name} -n {ns_})")
         return link_broken(id_, n, f"{tool} has not rendered it into the scheduler's own {s.rendered_where} yet "
                        f"({len(scheduler_list(t, s.rendered))} namespace(s) there)", fix + "; the chart's checksum "
                        "annotation then rolls the scheduler")
