@@ -43,16 +43,16 @@ def binding(obs: Observation, done: Done) -> Link:
         return link_broken(id_, n, f"namespace {ns} not found", "check the name (kubectl get namespace)")
     if obs.namespace_terminating:
         return link_broken(id_, n, f"namespace {ns} is being deleted: it leaves the scheduler's list",
-                       "nothing to do: a sandbox in a namespace being deleted is not placed")
+                           "nothing to do: a sandbox in a namespace being deleted is not placed")
     if obs.bindings_error:
         return link_unknown(id_, n, obs.bindings_error, "run it with credentials that may list SunkSandboxBindings")
     refused = f"; refused by the operator's settings (they match nothing): {'; '.join(obs.refused)}" if obs.refused else ""
     b = obs.binding
     if b is None:
         return link_broken(id_, n, f"no SunkSandboxBinding's spec.sandboxNamespaces matches namespace {ns}{refused}",
-                       f"add {ns} to a binding's spec.sandboxNamespaces (a name glob matching it, or a selector "
-                       "matching its labels); when the operator bounds sandbox namespaces (--sandbox-namespace-"
-                       "selector), the namespace must carry that label too")
+                           f"add {ns} to a binding's spec.sandboxNamespaces (a name glob matching it, or a selector "
+                           "matching its labels); when the operator bounds sandbox namespaces (--sandbox-namespace-"
+                           "selector), the namespace must carry that label too")
     sn = b.spec.sandbox_namespaces
     how = ", ".join(([f"names {', '.join(sn.names)}"] if sn.names else []) + (["a selector"] if sn.selector else []))
     mode = "; spec.mode Observe: the operator writes nothing for it" if b.spec.mode == "Observe" else ""
@@ -66,7 +66,7 @@ def scheduler(obs: Observation, done: Done) -> Link:
         return link_skipped(id_, n, WAITS.format("a binding matches the namespace"))
     if obs.scheduler_error or obs.discovery is None:
         return link_unknown(id_, n, obs.scheduler_error or "not read", "run it with credentials that may list pods and "
-                        "ConfigMaps in the scheduler's namespace")
+                            "ConfigMaps in the scheduler's namespace")
     status, reason, message = scheduler_condition(obs.discovery)
     if status == "True":
         return link_ok(id_, n, message)
@@ -80,7 +80,7 @@ def listed(obs: Observation, done: Done) -> Link:
         return link_skipped(id_, n, WAITS.format("a binding matches the namespace" if b is None else "the scheduler runs"))
     if t.error:
         return link_broken(id_, n, f"{t.where}: {t.error}", "fix the target (nothing is listed there meanwhile)"
-                       + condition_note(b, "ScopeSynced"))
+                           + condition_note(b, "ScopeSynced"))
     if t.scope_type == "cluster":
         return link_ok(id_, n, f"the scheduler watches every namespace (scope type cluster in {t.where})")
     values = scheduler_list(t, t.values)
@@ -147,7 +147,7 @@ def policy(obs: Observation, done: Done) -> Link:
         return link_broken(id_, n, str(exc), "fix the binding's spec")
     if p is None or not p.source:
         return link_unknown(id_, n, f"the runner's policy was not read ({p.unread if p else 'not asked'}) and the "
-                        "binding's status records no path it owns")
+                            "binding's status records no path it owns")
     src = (f"runner {b.spec.runner.id}'s policy" if p.source == "runner" else
            f"the binding's status.policy.owned (the runner's policy was not read: {p.unread})")
     wrong = [f"{path} is {p.values[path]!r}" if path in p.values else f"{path} is unset" for path in want
@@ -172,10 +172,11 @@ def pod(obs: Observation, done: Done) -> Link | None:
     if facts.mismatch is None:
         pinned = "".join(f", {k} {v!r}" for k, v in sorted(b.spec.pinned_annotations().items()))
         return link_ok(id_, n, f"spec.schedulerName {d.name!r}{pinned}")
-    applied = parse_time(obs.policy.applied_at) if obs.policy else None
+    written = obs.policy.applied_at if obs.policy else None
+    applied = parse_time(written)
     if applied is not None and p.created_ts is not None and p.created_ts < applied:
-        fix = (f"the pod was created at {p.created}, before the policy was last written at {obs.policy.applied_at if obs.policy else ''}: "
-               "a policy change reaches new sandboxes only: start a new sandbox")
+        fix = (f"the pod was created at {p.created}, before the policy was last written at {written}: a policy "
+               "change reaches new sandboxes only: start a new sandbox")
     else:
         fix = ("a policy change can take a while to reach new sandboxes: start a new one; if new ones still lack it, "
                f"the runner that made this pod is not runner {b.spec.runner.id} (its policy is not this binding's)")
@@ -194,7 +195,8 @@ def grace(obs: Observation, done: Done) -> Link:
         if gr.is_safe(g, kw):
             return link_ok(id_, n, f"{said}: {g} < {kw} − {gr.MARGIN_SECONDS}")
         return link_broken(id_, n, f"{said}: Slurm drains the node when it stops; kill-wait must be at least "
-                       f"{gr.min_safe_kill_wait(g)} ({gr.suggested_kill_wait(g)} suggested)", GracePeriodSafe.TOO_LONG.fix)
+                           f"{gr.min_safe_kill_wait(g)} ({gr.suggested_kill_wait(g)} suggested)",
+                           GracePeriodSafe.TOO_LONG.fix)
     status, _, message = gr.grace_condition(b.spec.expected_grace_period_seconds, obs.sandbox_grace, kw)
     if status == "True":
         return link_ok(id_, n, message)
@@ -221,11 +223,11 @@ def job(obs: Observation, done: Done) -> Link | None:
         tried = f"job names tried: {', '.join(j.names)}"
         if age < obs.pending_seconds:
             return link_unknown(id_, n, f"no placeholder job yet ({tried}); the pod is {age:.0f} s old: a job counts as "
-                            f"missing after {obs.pending_seconds:.0f} s")
+                                f"missing after {obs.pending_seconds:.0f} s")
         return link_broken(id_, n, f"no placeholder job in {j.where} {age:.0f} s after the pod's creation ({tried})",
-                       "the SUNK scheduler has not submitted one: the links above say whether it watches the "
-                       "namespace; the pod's events say whether it rejected the pod (bad annotations); check "
-                       "spec.slurm.restAPI.jobNameTemplates against the jobs' names (squeue -o %j)")
+                           "the SUNK scheduler has not submitted one: the links above say whether it watches the "
+                           "namespace; the pod's events say whether it rejected the pod (bad annotations); check "
+                           "spec.slurm.restAPI.jobNameTemplates against the jobs' names (squeue -o %j)")
     f = j.job
     what = f"job {f.job_id} ({f.name}) {f.state}"
     if f.state == "PENDING" and f.reason not in NO_REASON:
@@ -233,7 +235,7 @@ def job(obs: Observation, done: Done) -> Link | None:
         why = f" for {f.reason}" + (f": {f.description}" if f.description and f.description != f.reason else "")
         if waited is not None and waited >= obs.pending_seconds:
             return link_broken(id_, n, f"{what}{why}, since its submission at {iso(j.submitted or 0)} ({waited:.0f} s)",
-                           hint(f.reason).replace("ID", str(f.job_id)))
+                               hint(f.reason).replace("ID", str(f.job_id)))
         shown = f"{waited:.0f} s" if waited is not None else "an unknown time"
         return link_unknown(id_, n, f"{what}{why} for {shown}: a reason counts after {obs.pending_seconds:.0f} s")
     if f.state == "PENDING" or f.state in FINISHED:

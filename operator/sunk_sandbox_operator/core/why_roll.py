@@ -34,7 +34,7 @@ def rolled(obs: Observation, done: Done) -> Link:
         return _rendered(obs, b, t)
     if s.workloads is None:
         return link_unknown(id_, n, f"the scheduler's Deployments and StatefulSets in {d.namespace} were not read: "
-                        f"{s.workloads_error}", "run it with credentials that may list them")
+                            f"{s.workloads_error}", "run it with credentials that may list them")
     values = scheduler_list(t, t.values)
     selector = b.spec.scheduler.pod_selector
     dep = scheduler_workload(s.workloads, selector)
@@ -56,19 +56,19 @@ def rolled(obs: Observation, done: Done) -> Link:
                "the operator rolls it at its next sync: check that it runs; or restart it yourself: "
                f"kubectl -n {d.namespace} rollout restart {what.split()[0].lower()}/{dep['metadata']['name']}")
         return link_broken(id_, n, f"{what}'s pod template carries scope-hash {ann.get(SCOPE_HASH_ANNOTATION) or 'none'} "
-                       f"(generation {ann.get(SCOPE_GENERATION_ANNOTATION) or 'none'}, {last}) but the list hashes to "
-                       f"{want} (ledger generation {t.ledger.generation}): the running scheduler predates the list",
-                       fix + condition_note(b, "ScopeSynced"))
+                           f"(generation {ann.get(SCOPE_GENERATION_ANNOTATION) or 'none'}, {last}) but the list hashes to "
+                           f"{want} (ledger generation {t.ledger.generation}): the running scheduler predates the list",
+                           fix + condition_note(b, "ScopeSynced"))
     running = [p for p in s.pods if is_ready(p) and
                (((p.get("metadata") or {}).get("annotations") or {}).get(SCOPE_HASH_ANNOTATION)) == want]
     rolled_at = f" at {at}" if at else ""
     if running:
         return link_ok(id_, n, f"{what} was rolled onto it{rolled_at} (scope-hash {want}, generation "
-                   f"{ann.get(SCOPE_GENERATION_ANNOTATION) or 'none'}); {len(running)} Ready scheduler pod(s) run it")
+                       f"{ann.get(SCOPE_GENERATION_ANNOTATION) or 'none'}); {len(running)} Ready scheduler pod(s) run it")
     return link_broken(id_, n, f"{what} was rolled onto it{rolled_at} (scope-hash {want}) but no Ready scheduler pod "
-                   "carries that hash yet: the rollout has not finished",
-                   f"kubectl -n {d.namespace} rollout status {what.split()[0].lower()}/{dep['metadata']['name']}; the "
-                   "new pod's events and logs say why it is not Ready")
+                       "carries that hash yet: the rollout has not finished",
+                       f"kubectl -n {d.namespace} rollout status {what.split()[0].lower()}/{dep['metadata']['name']}; the "
+                       "new pod's events and logs say why it is not Ready")
 
 
 def _rendered(obs: Observation, b: Candidate, t: TargetList) -> Link:
@@ -77,14 +77,14 @@ def _rendered(obs: Observation, b: Candidate, t: TargetList) -> Link:
     tool = "Argo CD" if t.kind == APPLICATION else "Flux"
     if s.rendered_where is None:
         return link_unknown(id_, n, f"no scheduler.conf ConfigMap of the scheduler was found: what {tool} rendered for it "
-                        "cannot be read")
+                            "cannot be read")
     if s.rendered_type != "cluster" and ns not in scheduler_list(t, s.rendered):
         ns_, _, name = (t.renders or "NAMESPACE/NAME").partition("/")
         fix = (f"sync the Application (argocd app sync {ns_}/{name})" if t.kind == APPLICATION else
                f"reconcile the HelmRelease (flux reconcile helmrelease {name} -n {ns_})")
         return link_broken(id_, n, f"{tool} has not rendered it into the scheduler's own {s.rendered_where} yet "
-                       f"({len(scheduler_list(t, s.rendered))} namespace(s) there)", fix + "; the chart's checksum "
-                       "annotation then rolls the scheduler")
+                           f"({len(scheduler_list(t, s.rendered))} namespace(s) there)", fix + "; the chart's checksum "
+                           "annotation then rolls the scheduler")
     return _started_after(obs, s.rendered_changed_at, f"{tool} rendered it into {s.rendered_where}", restart=False)
 
 
@@ -100,8 +100,8 @@ def _started_after(obs: Observation, changed_at: str | None, lead: str, *, resta
     oldest = min(starts)
     if oldest >= math.floor(changed):
         return link_ok(id_, n, f"{lead}; the Ready scheduler pod(s) started at {iso(oldest)}, not before its last change "
-                   f"at {changed_at}")
+                       f"at {changed_at}")
     how = " — or let the operator: spec.scope.restartScheduler: true" if restart else ""
     return link_unknown(id_, n, f"{lead}, but the oldest Ready scheduler pod started at {iso(oldest)}, before its last "
-                    f"change at {changed_at}: whether the scheduler re-reads its config without a restart is unknown",
-                    f"restart the scheduler if it reads its config only at start (kubectl rollout restart){how}")
+                        f"change at {changed_at}: whether the scheduler re-reads its config without a restart is unknown",
+                        f"restart the scheduler if it reads its config only at start (kubectl rollout restart){how}")
