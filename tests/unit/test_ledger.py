@@ -70,3 +70,26 @@ def test_a_compressed_ledger_that_inflates_past_the_bound_is_unreadable_not_expa
     assert len(bomb) < 100_000
     got = lg.decode(bomb)
     assert got.error and "unreadable" in got.error and got.entries == {}
+
+
+def _zlib(raw: bytes) -> str:
+    import base64
+    import zlib
+    return "zlib:" + base64.b64encode(zlib.compress(raw, 9)).decode()
+
+
+def test_a_10_kb_nesting_bomb_is_unreadable_and_rebuilt_not_an_exception() -> None:
+    """Issue 31 finding 9: json's decoder raised RecursionError out of decode."""
+    for bomb in ("[" * 10_000, '{"bindings":' * 2_000, _zlib(b"[" * 10_000), _zlib(b'{"a":' * 100_000)):
+        got = lg.decode(bomb)
+        assert got.entries == {} and got.error == "the ledger annotation is unreadable (ValueError); it is rebuilt"
+
+
+def test_a_zlib_bomb_bad_utf8_and_wrong_types_are_unreadable() -> None:
+    for junk in (_zlib(b" " * (64 << 20)), _zlib(b'{"bindings": {"\xff\xfe": {}}}'), "zlib:", "zlib:%%%",
+                 '{"bindings": []}', '[]', '"x"', '3', '{"bindings": {"ns/b": 3}}',
+                 '{"bindings": {"ns/b": {"added": [["x"]]}}}', '{"bindings": {"ns/b": {"added": "x"}}}',
+                 '{"bindings": {"ns/b": {"added": [], "preexisting": {"a": 1}}}}',
+                 '{"generation": ' + "9" * 5_000 + "}"):
+        got = lg.decode(junk)
+        assert got.entries == {} and got.error and "rebuilt" in got.error, junk[:40]

@@ -168,11 +168,12 @@ def _scheduler_objects(conf: str) -> tuple[list[dict], list[dict]]:
 def test_discovery_refuses_the_bomb_naming_the_configmap(scans: list[int]) -> None:
     spec = parse_spec({"runner": {"id": "r", "tokenSecretRef": {"name": "s"}}, "sandboxNamespaces": {"names": ["ds-*"]}})
     d = discover(spec, "slurm", *_scheduler_objects(BOMB))
-    assert d.errors == [f"ConfigMap slurm/slurm-scheduler-config key scheduler.conf: scheduler.conf {REFUSED}, and "
+    assert d.refused == [f"ConfigMap slurm/slurm-scheduler-config key scheduler.conf: scheduler.conf {REFUSED}, and "
                         "the operator never expands aliases in a tenant-written document: write it without anchors "
                         "and aliases (repeat the values where they are used)"]
     assert (d.name, d.name_source, d.scope_type) == ("from-args", "args", None)   # the other sources still count
     status, reason, message = scheduler_condition(d)
+    assert (status, reason) == ("False", "InputRefused")
     assert "ConfigMap slurm/slurm-scheduler-config key scheduler.conf" in message and "`*l0`" in message
     assert scans == [len(BOMB)]
 
@@ -184,4 +185,5 @@ def test_discovery_refuses_the_bomb_naming_the_configmap(scans: list[int]) -> No
     ("scheduler:\n  name: s\n  x: " + "[" * 200 + "]" * 200 + "\n", "nests more than"),
 ])
 def test_discovery_reports_what_it_cannot_read_and_never_raises(conf: str, fragment: str) -> None:
-    assert fragment in parse_scheduler_conf(conf).error
+    parsed = parse_scheduler_conf(conf)
+    assert fragment in (parsed.error or "") + "".join(parsed.refused)

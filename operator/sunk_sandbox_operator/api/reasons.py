@@ -75,7 +75,12 @@ class SchedulerReady(_Reason):
         "the operator may not list the scheduler namespace's ConfigMaps: add a RoleBinding there to the ClusterRole "
         f"`{TARGETS_CLUSTER_ROLE}` for the operator's ServiceAccount (manifests/rbac-targets.yaml, shipped for "
         "`tenant-slurm`); pods are read cluster-wide (manifests/rbac.yaml)")
-
+    INPUT_REFUSED = "InputRefused", (
+        "a tenant-written value the operator reads to find the scheduler is past its bounds, so it was not read "
+        "(the message names the ConfigMap and key, or the pod, container and argument, and the bound): a slurm.conf "
+        "key over 1 MiB or with a line over 64 KiB, an argument or env value expanding past 128 KiB (256 KiB a "
+        "container), a duration over 64 characters, a scheduler.conf refused as untrusted YAML, or a scheduler "
+        "name that is not a DNS-1123 subdomain. Fix that value; what else was found (name, kill-wait) is still used")
 
 class PolicySynced(_Reason):
     SYNCED = "Synced", "— (a policy change applies to *new* sandboxes only)"

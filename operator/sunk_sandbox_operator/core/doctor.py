@@ -85,7 +85,7 @@ def scheduler_name(obs: Observation) -> Result:
     n, d = "scheduler name", _found(obs)
     if d is None:
         return _skipped("scheduler-name", n, NO_SCHEDULER)
-    errors = "".join(f"; {e}" for e in d.errors)
+    errors = "".join(f"; {e}" for e in d.errors) + "".join(f"; refused: {r}" for r in d.refused)  # InputRefused's
     if d.name is None:
         return _failed("scheduler-name", n, f"neither scheduler.conf nor --scheduler-name names it{errors}",
                        "set `scheduler.name` in the Slurm Helm values, or "

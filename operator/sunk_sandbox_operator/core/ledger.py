@@ -11,15 +11,23 @@ names equal those it was last rolled for.
 
 Encoding: JSON; past `COMPRESS_OVER` bytes, `zlib:` + base64 of the zlib-compressed JSON, which
 keeps 10,000 names well under the API server's 256 KiB limit for all annotations together.
+
+The annotation is on the tenant's own target, so `decode` reads hostile text (tenant_text.PARSERS):
+inflation stops at MAX_DECODED, JSON nested past Python's recursion reads as malformed, and any
+value of the wrong type makes the whole annotation unreadable, never an exception: the ledger is
+then rebuilt (README: an unreadable ledger).
 """
 
 from __future__ import annotations
 
 import base64
+import binascii
 import json
 import zlib
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Any, Mapping
+
+from .tenant_text import load_json
 
 VERSION = 1
 COMPRESS_OVER = 16 * 1024
@@ -59,26 +67,44 @@ class Ledger:
 
 
 def decode(text: str | None) -> Ledger:
+    """The ledger in an annotation's value; `error` set (and no entries) when it cannot be read."""
     if not text:
         return Ledger()
     try:
-        raw = text
-        if raw.startswith(_ZLIB):
+        raw: str | bytes = text
+        if text.startswith(_ZLIB):
             inflate = zlib.decompressobj()
-            out = inflate.decompress(base64.b64decode(raw[len(_ZLIB):]), MAX_DECODED)
+            raw = inflate.decompress(base64.b64decode(text[len(_ZLIB):]), MAX_DECODED)
             if inflate.unconsumed_tail:
                 raise ValueError("it inflates past the bound")
-            raw = out.decode()
-        doc = json.loads(raw)
-        entries = {}
-        for binding, e in (doc.get("bindings") or {}).items():
-            pre = e.get("preexisting")
-            entries[str(binding)] = Entry(tuple(str(x) for x in e.get("added") or ()),
-                                          tuple(str(x) for x in pre) if isinstance(pre, list) else None)
-        generation = doc.get("generation", 0)
-        return Ledger(entries, generation=generation if type(generation) is int and generation >= 0 else 0)
-    except (ValueError, TypeError, AttributeError, zlib.error) as exc:
+        doc = load_json(raw, MAX_DECODED)  # bytes: json decodes UTF-8 itself (bad UTF-8 is a ValueError)
+        bindings = doc.get("bindings")
+        return Ledger(_entries({} if bindings is None else bindings), generation=_generation(doc.get("generation", 0)))
+    except (ValueError, TypeError, AttributeError, zlib.error, binascii.Error, RecursionError, MemoryError) as exc:
         return Ledger(error=f"the ledger annotation is unreadable ({type(exc).__name__}); it is rebuilt")
+
+
+def _names(value: Any) -> tuple[str, ...]:
+    """A list of names; anything else (a nested list would be printed by str() with recursion) is malformed."""
+    if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+        raise TypeError("a ledger entry's names must be a list of strings")
+    return tuple(value)
+
+
+def _entries(bindings: Any) -> dict[str, Entry]:
+    if not isinstance(bindings, dict):
+        raise TypeError("the ledger's bindings must be a mapping")
+    entries = {}
+    for binding, e in bindings.items():
+        if not isinstance(e, dict):
+            raise TypeError("a ledger entry must be a mapping")
+        pre = e.get("preexisting")
+        entries[binding] = Entry(_names(e.get("added") or []), _names(pre) if pre is not None else None)
+    return entries
+
+
+def _generation(value: Any) -> int:
+    return value if type(value) is int and value >= 0 else 0
 
 
 def encode(ledger: Ledger) -> str | None:

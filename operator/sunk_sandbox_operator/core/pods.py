@@ -50,9 +50,14 @@ def _quantity_or_none(parse: QuantityParser, q: Any) -> Decimal | None:
 # ---------------------------------------------------------------- time
 
 
+# RFC 3339 with nanoseconds and an offset is 35 characters; a tenant writes some of these (an annotation).
+MAX_TIME_CHARS = 64
+
+
 def parse_time(s: Any) -> float | None:
-    """RFC 3339 (creationTimestamp, status times) as epoch seconds; None if absent or malformed."""
-    if not isinstance(s, str) or not s:
+    """RFC 3339 (creationTimestamp, status times) as epoch seconds; None if absent, malformed or longer
+    than MAX_TIME_CHARS."""
+    if not isinstance(s, str) or not s or len(s) > MAX_TIME_CHARS:
         return None
     try:
         t = datetime.fromisoformat(s.replace("Z", "+00:00").replace("z", "+00:00"))

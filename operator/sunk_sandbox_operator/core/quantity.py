@@ -25,12 +25,16 @@ _GRAMMAR = re.compile(
 _DECIMAL_EXPONENTS = {"n": -9, "u": -6, "m": -3, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
 _BINARY_POWERS = {"K": 10, "M": 20, "G": 30, "T": 40, "P": 50, "E": 60}
 _MAX_EXPONENT = 1000  # far beyond any real quantity; bounds the work a hostile "1e999999999" asks for
+# Pods are tenant-written (the API server checks the grammar, not the length); no real quantity needs more.
+MAX_QUANTITY_CHARS = 128
 
 
 def parse_quantity(q: object) -> Decimal:
     """A quantity as a Decimal; ValueError when it is not one (never another exception)."""
     if isinstance(q, bool) or not isinstance(q, (str, int, float)):
         raise ValueError(f"invalid quantity {q!r}")
+    if isinstance(q, str) and len(q) > MAX_QUANTITY_CHARS:
+        raise ValueError(f"invalid quantity: {len(q):,} characters (at most {MAX_QUANTITY_CHARS})")
     return _parse(q)
 
 

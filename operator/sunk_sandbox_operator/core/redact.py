@@ -50,7 +50,9 @@ def clean(text: str, limit: int = MESSAGE_MAX) -> str:
 
 
 def elide_quoted(text: str) -> str:
-    """Every quoted fragment longer than a character or an escape becomes '…'."""
+    """Every quoted fragment longer than a character or an escape becomes '…' (in at most 4 KiB: a
+    library's text may quote a tenant's)."""
+    text = text[:4 * MESSAGE_MAX]
     def one(m: re.Match[str]) -> str:
         inner = m.group()
         inner = inner[2:-1] if inner.startswith("b") else inner[1:-1]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .scheduler_conf import parse_go_duration
+from .units import parse_go_duration
 
 DEFAULT_SECONDS = 300.0          # spec.resyncInterval's default (5m), also for one that does not parse
 DEFAULT_MINIMUM_SECONDS = 30.0   # --min-resync-interval's default

@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 from ..api.keys import SCOPE_ROLLED_AT_ANNOTATION
 from .pods import parse_time
-from .scheduler_conf import parse_go_duration
+from .units import parse_go_duration
 
 DEFAULT_INTERVAL = 30.0
 

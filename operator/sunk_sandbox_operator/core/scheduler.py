@@ -20,11 +20,12 @@ from ..api.spec import DEFAULT_SCOPE_PATH, BindingSpec
 from ..api.status import SchedulerStatus
 from .conditions import Status
 from .scheduler_conf import (
-    SCHEDULER_CONF_KEY, SCHEDULER_CONTAINER, SLURM_CONF_SUFFIX, SLURM_DEFAULT_KILL_WAIT, _sets_include,
-    SchedulerArgs, SchedulerConf, parse_scheduler_args, parse_scheduler_conf, slurm_kill_wait,
+    SCHEDULER_CONF_KEY, SCHEDULER_CONTAINER, SLURM_CONF_SUFFIX, SLURM_DEFAULT_KILL_WAIT,
+    SchedulerArgs, SchedulerConf, parse_scheduler_args, parse_scheduler_conf, slurm_conf,
 )
 from .selectors import to_label_selector_string
 from .target_ref import CONFIGMAP, locate
+from .tenant_text import Refused
 
 # ---------------------------------------------------------------- discovery
 
@@ -42,6 +43,9 @@ class Discovery:
     pods_found: int = 0
     messages: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    # Tenant-written text not read (past a bound, or a name Kubernetes refuses), each naming the object and
+    # key or argument: SchedulerReady=False InputRefused; everything else found is still used.
+    refused: list[str] = field(default_factory=list)
     forbidden: str | None = None  # the scheduler namespace could not be read (RBAC): what was denied and the fix
     service_account: str = "default"
     configmap_name: str | None = None
@@ -140,8 +144,10 @@ def discover(
     if cm is not None:
         d.configmap_name = _meta(cm).get("name")
         conf = parse_scheduler_conf(_data(cm).get(key))
+        where = f"ConfigMap {d.namespace}/{d.configmap_name} key {key}"
         if conf.error:
-            d.errors.append(f"ConfigMap {d.namespace}/{d.configmap_name} key {key}: {conf.error}")
+            d.errors.append(f"{where}: {conf.error}")
+        d.refused.extend(f"{where}: {r}" for r in conf.refused)
         d.scope_type = conf.scope_type
 
     # SUNK 7: container args of the most relevant pod
@@ -150,14 +156,18 @@ def discover(
     if ordered:
         first = ordered[0]
         pod_name = _meta(first).get("name")
-        args = parse_scheduler_args(first)
+        parsed = [parse_scheduler_args(p) for p in ordered]  # each pod once; the one used first
+        args = parsed[0]
         if args.error:
             # A missing container is a hint, not broken config: SUNK 8 needs no flags at all.
             (d.errors if args.container_found else d.messages).append(f"pod {pod_name}: {args.error}")
+        # Every matching pod's text was read, so every refusal is told, the pod used first.
+        d.refused.extend(f"pod {d.namespace}/{_meta(p).get('name')} {r}" for p, a in zip(ordered, parsed)
+                         for r in a.refused)
         spec_obj = first.get("spec")
         sa = (spec_obj.get("serviceAccountName") or spec_obj.get("serviceAccount")) if isinstance(spec_obj, Mapping) else None
         d.service_account = sa if isinstance(sa, str) and sa else "default"
-        distinct = {(a.name, a.kill_wait_seconds) for a in map(parse_scheduler_args, good_pods) if not a.error}
+        distinct = {(a.name, a.kill_wait_seconds) for a in parsed if not a.error}
         if len(distinct) > 1:
             d.messages.append(f"scheduler pods disagree on their flags (rollout in progress?); using pod {pod_name}")
 
@@ -222,22 +232,29 @@ def discover(
 
 
 def _slurm_conf(cms: Sequence[Mapping[str, Any]], d: Discovery) -> tuple[int | None, str | None, bool]:
-    """(KillWait, ConfigMap name, whether a complete slurm.conf without KillWait was seen)."""
+    """(KillWait, ConfigMap name, whether a complete slurm.conf without KillWait was seen). A refused
+    key is skipped and named; it may set KillWait, so Slurm's default is not assumed after one."""
     without: str | None = None
+    refused = False
     for cm in sorted(cms, key=lambda c: str(_meta(c).get("name", ""))):
         name = _meta(cm).get("name")
         for key, text in sorted(_data(cm).items()):
             if not str(key).endswith(SLURM_CONF_SUFFIX):
                 continue
-            kw, err = slurm_kill_wait(text)
-            if err:
-                d.errors.append(f"ConfigMap {name} key {key}: {err}")
-            if kw is not None:
-                return kw, name, False
+            try:
+                conf = slurm_conf(text)
+            except Refused as exc:
+                d.refused.append(f"ConfigMap {d.namespace}/{name} key {key}: {exc}")
+                refused = True
+                continue
+            if conf.error:
+                d.errors.append(f"ConfigMap {name} key {key}: {conf.error}")
+            if conf.kill_wait is not None:
+                return conf.kill_wait, name, False
             # An `include` may hold KillWait elsewhere: then Slurm's default is not a safe guess.
-            if err is None and isinstance(text, str) and not _sets_include(text) and without is None:
+            if conf.error is None and not conf.includes and without is None:
                 without = name
-    return None, without, without is not None
+    return None, without, without is not None and not refused
 
 
 def scheduler_condition(d: Discovery) -> tuple[Status, str, str]:
@@ -245,6 +262,7 @@ def scheduler_condition(d: Discovery) -> tuple[Status, str, str]:
     sel = f" -l {shlex.quote(d.selector)}" if d.selector else ""
     kubectl = f"kubectl get pods -n {d.namespace}{sel}"
     notes = "".join(f" Note: {m}" for m in d.messages) + "".join(f" Error: {e}" for e in d.errors)
+    unread = "".join(f" Refused: {r}" for r in d.refused[:3])  # for the reasons that come before InputRefused
     if d.forbidden:
         return "False", SchedulerReady.FORBIDDEN, d.forbidden
     if d.pods_found == 0:
@@ -253,14 +271,24 @@ def scheduler_condition(d: Discovery) -> tuple[Status, str, str]:
             SchedulerReady.SCHEDULER_NOT_FOUND,
             f"no SUNK scheduler pods found (`{kubectl}` returns nothing): enable the scheduler with "
             "`scheduler.enabled: true` in the Slurm Helm values, or fix spec.scheduler.namespace / "
-            f"spec.scheduler.podSelector.{notes}",
+            f"spec.scheduler.podSelector.{notes}{unread}",
         )
     if d.ready_replicas == 0:
         return (
             "False",
             SchedulerReady.SCHEDULER_NOT_RUNNING,
             f"{d.pods_found} scheduler pod(s) found but none is Ready: check `{kubectl}` and "
-            f"`kubectl logs -n {d.namespace}{sel} -c {SCHEDULER_CONTAINER}`.{notes}",
+            f"`kubectl logs -n {d.namespace}{sel} -c {SCHEDULER_CONTAINER}`.{notes}{unread}",
+        )
+    if d.refused:
+        found = (f"scheduler {d.name!r} ({d.name_source})" if d.name else "no scheduler name") + (
+            f", kill-wait {d.kill_wait_seconds} s ({d.kill_wait_source})" if d.kill_wait_seconds is not None else "")
+        return (
+            "False",
+            SchedulerReady.INPUT_REFUSED,
+            f"not read, as tenant-written text past the operator's bounds: {'; '.join(d.refused[:3])}"
+            + (f" (and {len(d.refused) - 3} more)" if len(d.refused) > 3 else "")
+            + f". Found without it: {found}.{notes}",
         )
     if not d.name:
         return (

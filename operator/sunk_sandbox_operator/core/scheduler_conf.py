@@ -3,9 +3,14 @@
 SUNK 8: a `scheduler.conf` YAML in a ConfigMap; SUNK 7: the `--scheduler-name` /
 `--slurm-kill-wait` arguments of the container named `scheduler`; SUNK 8.2 drops the kill-wait
 flag, so Slurm's own `KillWait` in slurm.conf is the source (domain.md step 1). Durations are
-Go's (`time.ParseDuration`). Nothing here talks to a server or reads a clock. scheduler.conf is
-tenant-written: it is parsed through `untrusted` (no aliases, bounded size and work), and what cannot
-be read is an error in the result, never an exception.
+Go's (`units.parse_go_duration`). Nothing here talks to a server or reads a clock.
+
+All of it is tenant-written, so every parser here is in `tenant_text.PARSERS` with its bound:
+scheduler.conf goes through `untrusted` (no aliases, bounded size and work), args through `argv`
+(bounded `$(VAR)` expansion), slurm.conf is read a line at a time with str methods. What cannot be
+read is an error in the result, never an exception; what passes a bound, or a scheduler name
+Kubernetes would refuse, is a refusal (`refused`, naming the argument or field) and the rest of
+the object is still read.
 """
 
 from __future__ import annotations
@@ -13,56 +18,32 @@ from __future__ import annotations
 import functools
 import math
 import re
-import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
+from itertools import compress, count, repeat
 from typing import Any
 
 import yaml
 
-from . import untrusted
+from . import argv, untrusted
 from .redact import describe
+from .tenant_text import Refused, dns_subdomain_problem, printable, shown
+from .units import MAX_DURATION_CHARS, parse_go_duration
 
 SCHEDULER_CONTAINER = "scheduler"
 SCHEDULER_CONF_KEY = "scheduler.conf"
 SLURM_CONF_SUFFIX = "slurm.conf"
 # Slurm's built-in KillWait when slurm.conf does not set it (slurm.conf(5)).
 SLURM_DEFAULT_KILL_WAIT = 30
-
-# ---------------------------------------------------------------- Go durations
-
-_GO_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-_GO_PART = re.compile(r"(\d+\.?\d*|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
-
-
-def parse_go_duration(s: str) -> float:
-    """Seconds in a Go `time.ParseDuration` string (30s, 1m30s, 1.5s, 500ms, -2h, 0).
-
-    Raises ValueError on anything Go would reject (missing unit, empty, junk).
-    """
-    if not isinstance(s, str):
-        raise ValueError(f"duration must be a string, got {type(s).__name__}")
-    text = s.strip()
-    sign = 1.0
-    if text[:1] in ("+", "-"):
-        sign = -1.0 if text[0] == "-" else 1.0
-        text = text[1:]
-    if text == "0":
-        return 0.0
-    if not text:
-        raise ValueError(f"invalid duration {s!r}")
-    pos, total = 0, 0.0
-    while pos < len(text):
-        m = _GO_PART.match(text, pos)
-        if not m:
-            raise ValueError(f"invalid duration {s!r}: expected <number><unit> (ns, us, ms, s, m, h) at {text[pos:]!r}")
-        total += float(m.group(1)) * _GO_UNITS[m.group(2)]
-        pos = m.end()
-    return sign * total
+# A ConfigMap holds at most 1 MiB; Slurm reads lines of any length, but no real slurm.conf line
+# comes near 64 KiB (a NodeName line listing a thousand nodes by name is about 16 KiB).
+MAX_SLURM_CONF_CHARS = 1 << 20
+MAX_SLURM_CONF_LINE = 64 * 1024
 
 
 def _seconds(value: Any, what: str) -> tuple[int | None, str | None]:
-    """A kill-wait given as int seconds, digit string or Go duration -> whole seconds.
+    """A kill-wait given as int seconds, digit string or Go duration -> whole seconds; Refused when
+    the text passes the duration bound.
 
     Fractions round down: a shorter kill-wait is the safe side of the grace rule.
     """
@@ -74,14 +55,16 @@ def _seconds(value: Any, what: str) -> tuple[int | None, str | None]:
         seconds = value
     elif isinstance(value, str):
         text = value.strip()
-        try:
-            seconds = int(text) if text.isdigit() else parse_go_duration(text)
+        try:  # past MAX_DURATION_CHARS Refused, unread (int() of 30,000 digits is an error only past 4,300)
+            seconds = int(text) if text.isdigit() and len(text) <= MAX_DURATION_CHARS else parse_go_duration(text)
+        except Refused:
+            raise
         except ValueError:
-            return None, f"{what}: {value!r} is not a duration (e.g. 60s, 1m30s) or whole seconds"
+            return None, f"{what}: {printable(value)} is not a duration (e.g. 60s, 1m30s) or whole seconds"
     else:
-        return None, f"{what}: expected seconds or a duration, got {value!r}"
+        return None, f"{what}: expected seconds or a duration, got {printable(value)}"
     if seconds < 0:
-        return None, f"{what}: {value!r} is negative"
+        return None, f"{what}: {printable(value)} is negative"
     return math.floor(seconds), None
 
 
@@ -94,6 +77,7 @@ class SchedulerConf:
     kill_wait_seconds: int | None = None
     scope_type: str | None = None
     error: str | None = None
+    refused: tuple[str, ...] = ()  # what was not read (the document, or one value): what, which bound, the fix
 
 
 # Where a kill-wait may live in scheduler.conf; no public schema pins it, so accept the plausible spellings.
@@ -123,7 +107,7 @@ def _parse_text(text: str) -> SchedulerConf:
     try:
         doc = untrusted.load(text)  # libyaml: scheduler.conf may hold 10,000 names
     except untrusted.Refused as e:
-        return SchedulerConf(error=f"scheduler.conf {describe(e)}")
+        return SchedulerConf(refused=(f"scheduler.conf {e}",))
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
@@ -141,9 +125,14 @@ def _parse_text(text: str) -> SchedulerConf:
         return SchedulerConf(error="scheduler.conf `scheduler:` must be a mapping")
 
     errors: list[str] = []
+    refused: list[str] = []
     name = sched.get("name")
     if name is not None and not (isinstance(name, str) and name.strip()):
-        errors.append(f"scheduler.name must be a non-empty string, got {name!r}")
+        errors.append(f"scheduler.name must be a non-empty string, got {printable(name)}")
+        name = None
+    elif isinstance(name, str) and (problem := dns_subdomain_problem(name.strip())):
+        refused.append(f"scheduler.name {printable(name)} refused: {problem}: set `scheduler.name` in the Slurm "
+                       "Helm values to the name sandbox pods use")
         name = None
     kill_wait = None
     for path in _CONF_KILL_WAIT_PATHS:
@@ -151,14 +140,19 @@ def _parse_text(text: str) -> SchedulerConf:
         for part in path:
             node = node.get(part) if isinstance(node, Mapping) else None
         if node is not None:
-            kill_wait, err = _seconds(node, "scheduler." + ".".join(path))
+            what = "scheduler." + ".".join(path)
+            try:
+                kill_wait, err = _seconds(node, what)
+            except Refused as exc:
+                refused.append(f"{what} {exc}")
+                err = None
             if err:
                 errors.append(err)
             break
     scope_type = None
     scope = sched.get("scope")
     if isinstance(scope, Mapping) and scope.get("type") is not None:
-        scope_type = str(scope["type"])
+        scope_type = shown(scope["type"])
     elif scope is not None and not isinstance(scope, Mapping):
         errors.append("scheduler.scope must be a mapping")
     return SchedulerConf(
@@ -166,6 +160,7 @@ def _parse_text(text: str) -> SchedulerConf:
         kill_wait_seconds=kill_wait,
         scope_type=scope_type,
         error="; ".join(errors) or None,
+        refused=tuple(refused),
     )
 
 
@@ -178,6 +173,7 @@ class SchedulerArgs:
     kill_wait_seconds: int | None = None
     error: str | None = None
     container_found: bool = True  # False: the object has no `scheduler` container (wrong pods selected?)
+    refused: tuple[str, ...] = ()  # arguments (or env values) not read: which, which bound, the fix
 
 
 def _containers(obj: Any) -> list[Any] | None:
@@ -198,52 +194,56 @@ def _containers(obj: Any) -> list[Any] | None:
     return containers if isinstance(containers, list) else None
 
 
-_ENV_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
+_SPACE = re.compile(r"\s")
 
 
-def _tokens(container: Mapping[str, Any]) -> tuple[list[str], str | None]:
-    """command + args as argv; `sh -c "..."` strings are split so flags inside are found."""
-    raw_env = container.get("env")
-    env = {
-        e["name"]: e.get("value")
-        for e in (raw_env if isinstance(raw_env, list) else [])
-        if isinstance(e, Mapping) and isinstance(e.get("name"), str)
-    }
-    out: list[str] = []
+def _tokens(container: Mapping[str, Any]) -> tuple[list[tuple[str, str]], str | None, list[str]]:
+    """command + args as argv, each word with the item it came from (`args[3]`); `sh -c "..."`
+    strings are split so flags inside are found. Expanded as the kubelet does, within one budget
+    per container (`argv`): an item past it is skipped and named in the third value."""
+    budget = argv.Budget()
+    env, refused = argv.container_env(container, budget)
+    out: list[tuple[str, str]] = []
     for part in ("command", "args"):
         items = container.get(part) or []
         if not isinstance(items, list):
-            return [], f"container {SCHEDULER_CONTAINER!r} {part} must be a list"
-        for item in items:
+            return [], f"container {SCHEDULER_CONTAINER!r} {part} must be a list", refused
+        for i, item in enumerate(items):
             if not isinstance(item, str):
                 continue
-            # Kubernetes expands $(VAR) from the container's literal env before exec.
-            item = _ENV_REF.sub(lambda m: v if isinstance(v := env.get(m.group(1)), str) else m.group(0), item)
-            if any(c.isspace() for c in item.strip()):
+            where = f"{part}[{i}]"
+            try:
+                item = budget.take(item, env)
+            except Refused as exc:
+                refused.append(f"{where}: {exc}")
+                continue
+            if _SPACE.search(item.strip()):
                 try:
-                    out.extend(shlex.split(item))
+                    words = argv.shell_words(item)
                 except ValueError:
-                    out.extend(item.split())
+                    words = item.split()
+                out.extend((word, where) for word in words)
             else:
-                out.append(item)
-    return out, None
+                out.append((item, where))
+    return out, None, refused
 
 
-def _flag_values(tokens: list[str], flag: str) -> tuple[str | None, str | None]:
-    """Last value of a Go-style flag (`-f=v`, `--f=v`, `-f v`, `--f v`); Go's flag package keeps the last."""
-    value, error = None, None
-    for i, tok in enumerate(tokens):
+def _flag_values(tokens: list[tuple[str, str]], flag: str) -> tuple[str | None, str | None, str]:
+    """Last value of a Go-style flag (`-f=v`, `--f=v`, `-f v`, `--f v`), Go's flag package keeps the
+    last, and the item it came from."""
+    value, error, where = None, None, ""
+    for i, (tok, at) in enumerate(tokens):
         if not tok.startswith("-"):
             continue
         bare = tok[2:] if tok.startswith("--") else tok[1:]
         if bare == flag:
-            if i + 1 < len(tokens) and not tokens[i + 1].startswith("-"):
-                value, error = tokens[i + 1], None
+            if i + 1 < len(tokens) and not tokens[i + 1][0].startswith("-"):
+                value, error, where = tokens[i + 1][0], None, tokens[i + 1][1]
             else:
-                error = f"--{flag} has no value"
+                error, where = f"--{flag} has no value", at
         elif bare.startswith(flag + "="):
-            value, error = bare[len(flag) + 1 :], None
-    return value, error
+            value, error, where = bare[len(flag) + 1 :], None, at
+    return value, error, where
 
 
 def parse_scheduler_args(obj: Any) -> SchedulerArgs:
@@ -257,52 +257,100 @@ def parse_scheduler_args(obj: Any) -> SchedulerArgs:
     if container is None:
         names = [c.get("name") for c in containers if isinstance(c, Mapping)]
         return SchedulerArgs(error=f"no container named {SCHEDULER_CONTAINER!r} (found {names})", container_found=False)
-    tokens, err = _tokens(container)
+    tokens, err, skipped = _tokens(container)
     if err:
         return SchedulerArgs(error=err)
     errors: list[str] = []
-    name, name_err = _flag_values(tokens, "scheduler-name")
+    refused = [f"container {SCHEDULER_CONTAINER!r} {r}" for r in skipped]
+    name, name_err, name_at = _flag_values(tokens, "scheduler-name")
     if name_err:
         errors.append(name_err)
     if name is not None and (not name or "$(" in name):
-        errors.append(f"--scheduler-name value {name!r} is empty or an unresolved variable")
+        errors.append(f"--scheduler-name value {printable(name)} is empty or an unresolved variable")
+        name = None
+    elif name is not None and (problem := dns_subdomain_problem(name)):
+        refused.append(f"container {SCHEDULER_CONTAINER!r} {name_at}: --scheduler-name {printable(name)} refused: "
+                       f"{problem}: give the scheduler the name sandbox pods use")
         name = None
     kill_wait = None
-    raw_kw, kw_err = _flag_values(tokens, "slurm-kill-wait")
+    raw_kw, kw_err, kw_at = _flag_values(tokens, "slurm-kill-wait")
     if kw_err:
         errors.append(kw_err)
     if raw_kw is not None:
-        kill_wait, kw_err = _seconds(raw_kw, "--slurm-kill-wait")
+        try:
+            kill_wait, kw_err = _seconds(raw_kw, "--slurm-kill-wait")
+        except Refused as exc:
+            refused.append(f"container {SCHEDULER_CONTAINER!r} {kw_at}: --slurm-kill-wait {exc}")
         if kw_err:
             errors.append(kw_err)
-    return SchedulerArgs(name=name, kill_wait_seconds=kill_wait, error="; ".join(errors) or None)
+    return SchedulerArgs(name=name, kill_wait_seconds=kill_wait, error="; ".join(errors) or None,
+                         refused=tuple(refused))
 
 
 # ---------------------------------------------------------------- slurm.conf
 
 
-def slurm_kill_wait(text: Any) -> tuple[int | None, str | None]:
-    """(KillWait seconds or None, error) from slurm.conf text; the last setting wins, as in Slurm."""
+@dataclass(frozen=True)
+class SlurmConf:
+    kill_wait: int | None = None
+    error: str | None = None
+    includes: bool = False  # an `Include` line: KillWait may be set in a file not seen here
+
+
+def slurm_conf(text: Any) -> SlurmConf:
+    """KillWait (the last setting wins, as in Slurm) and whether another file is included, from
+    slurm.conf text; Refused past MAX_SLURM_CONF_CHARS or a line past MAX_SLURM_CONF_LINE."""
     if not isinstance(text, str):
-        return None, f"slurm.conf must be text, got {type(text).__name__}"
+        return SlurmConf(error=f"slurm.conf must be text, got {type(text).__name__}")
+    if len(text) > MAX_SLURM_CONF_CHARS:
+        raise Refused(f"refused as untrusted input: it is {len(text):,} characters, more than the "
+                      f"{MAX_SLURM_CONF_CHARS:,} the operator reads: shorten it")
+    return _parse_slurm_conf(text)
+
+
+# A pure function of the text, memoized like scheduler.conf's: every reconcile reads every slurm.conf key.
+# Lines are picked in C (map, compress): only those naming KillWait cost Python work.
+@functools.lru_cache(maxsize=8)
+def _parse_slurm_conf(text: str) -> SlurmConf:
+    lines = text.splitlines()
+    if lines and max(map(len, lines)) > MAX_SLURM_CONF_LINE:
+        lineno = next(i for i, line in enumerate(lines, 1) if len(line) > MAX_SLURM_CONF_LINE)
+        raise Refused(f"refused as untrusted input: line {lineno} is {len(lines[lineno - 1]):,} characters, more "
+                      f"than the {MAX_SLURM_CONF_LINE:,} the operator reads: shorten it (Slurm's hostlist form, "
+                      "node[001-100], keeps node lists short)")
+    low = text.lower().splitlines()
+    if len(low) != len(lines):  # lower() never makes or removes a line break; should it ever, line by line
+        low = [line.lower() for line in lines]
+    # `include` after blanks starts no comment, so the comment need not be cut first.
+    includes = any(map(str.startswith, map(str.lstrip, low), repeat("include")))
     value, error = None, None
-    for lineno, line in enumerate(text.splitlines(), 1):
-        line = line.split("#", 1)[0]
-        # Slurm allows several Key=Value pairs on a line; normalise spaces around '='.
-        for tok in re.sub(r"\s*=\s*", "=", line).split():
+    for lineno in compress(count(1), map(str.__contains__, low, repeat("killwait"))):
+        line = lines[lineno - 1].split("#", 1)[0]
+        # Slurm allows several Key=Value pairs on a line, with spaces around '=': drop the spaces next to
+        # each '=' (what `re.sub(r"\s*=\s*", "=", line)` did, without going back over a run of spaces).
+        parts = line.split("=")
+        last = len(parts) - 1
+        joined = "=".join(p if last == 0 else p.rstrip() if i == 0 else p.lstrip() if i == last else p.strip()
+                          for i, p in enumerate(parts))
+        for tok in joined.split():
             key, sep, raw = tok.partition("=")
             if sep and key.lower() == "killwait":
-                if raw.isdigit():
+                if len(raw) <= MAX_DURATION_CHARS and raw.isdecimal():  # int() reads exactly the decimals
                     value, error = int(raw), None
                 else:
-                    error = f"slurm.conf line {lineno}: KillWait={raw!r} is not whole seconds"
-    return value, error
+                    error = f"slurm.conf line {lineno}: KillWait={printable(raw)} is not whole seconds"
+    return SlurmConf(value, error, includes)
+
+
+def slurm_kill_wait(text: Any) -> tuple[int | None, str | None]:
+    """(KillWait seconds or None, error) from slurm.conf text; Refused past a bound (`slurm_conf`)."""
+    conf = slurm_conf(text)
+    return conf.kill_wait, conf.error
 
 
 def parse_slurm_kill_wait(slurm_conf_text: Any) -> int | None:
-    """Slurm's KillWait in seconds, or None when unset or unreadable."""
-    return slurm_kill_wait(slurm_conf_text)[0]
-
-
-def _sets_include(text: str) -> bool:
-    return any(line.split("#", 1)[0].strip().lower().startswith("include") for line in text.splitlines())
+    """Slurm's KillWait in seconds, or None when unset, unreadable or refused."""
+    try:
+        return slurm_kill_wait(slurm_conf_text)[0]
+    except Refused:
+        return None

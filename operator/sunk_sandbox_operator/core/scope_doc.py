@@ -30,6 +30,7 @@ import yaml
 from ..api.reasons import ScopeSynced
 from . import untrusted, yaml_splice
 from .redact import describe
+from .tenant_text import shown
 from .yaml_splice import Span
 
 ListStyle = Literal["list", "string", "missing"]
@@ -86,7 +87,7 @@ def _read_data(data: Any, path: str, what: str) -> ListRead:
             return ListRead(None, "missing", None, f"{what}: {where} is {_kind(nxt)}, not a mapping")
         cur = nxt
     stype = cur.get("type")
-    scope_type = stype if isinstance(stype, str) else None
+    scope_type = shown(stype) if isinstance(stype, str) else None  # goes to status.scope.type: escaped unless plain
     value = cur.get(parts[-1])
     if value is None:
         return ListRead([], "missing", scope_type)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -26,6 +25,7 @@ from typing import Any
 
 from ..api.reasons import SlurmReady
 from .conditions import Status
+from .tenant_text import load_json, printable
 
 # Job states after which a job is history (sorted after live ones of the same name).
 FINISHED = frozenset({"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
@@ -175,6 +175,10 @@ def _unb64(part: str) -> bytes:
     return base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
 
 
+# A Slurm JWT is a few hundred bytes; a Secret may hold 1 MiB.
+MAX_TOKEN_CHARS = 16 * 1024
+
+
 def token_problem(token: str, user: str, now_wall: float) -> str | None:
     """What makes this JWT certain to fail, told without the token: not a JWT, expired (`exp`), or
     issued for another user (`sun`, the claim Slurm's auth/jwt checks against X-SLURM-USER-NAME)."""
@@ -182,7 +186,7 @@ def token_problem(token: str, user: str, now_wall: float) -> str | None:
     try:
         if len(parts) != 3:
             raise ValueError
-        claims = json.loads(_unb64(parts[1]))
+        claims = load_json(_unb64(parts[1]), MAX_TOKEN_CHARS)  # tenant-written: bounded, nesting a ValueError
         if not isinstance(claims, dict):
             raise ValueError
     except (ValueError, binascii.Error, UnicodeDecodeError):
@@ -191,13 +195,16 @@ def token_problem(token: str, user: str, now_wall: float) -> str | None:
     if exp is not None and exp <= now_wall:
         return f"the token expired at {iso(exp)}: issue a new one (`scontrol token username={user} lifespan=...`)"
     if isinstance(sun, str) and sun != user:
-        return (f"the token is for Slurm user {sun!r}, but spec.slurm.restAPI.user is {user!r}: Slurm refuses a "
+        return (f"the token is for Slurm user {printable(sun)}, but spec.slurm.restAPI.user is {user!r}: Slurm refuses a "
                 "token whose user differs from X-SLURM-USER-NAME")
     return None
 
 
 def iso(ts: float) -> str:
-    return datetime.fromtimestamp(int(ts), timezone.utc).isoformat().replace("+00:00", "Z")
+    try:
+        return datetime.fromtimestamp(int(ts), timezone.utc).isoformat().replace("+00:00", "Z")
+    except (OverflowError, OSError, ValueError):  # e.g. a token's `exp` claim, written by a tenant
+        return f"{printable(ts)} (no calendar date)"
 
 
 # ---------------------------------------------------------------- SlurmReady

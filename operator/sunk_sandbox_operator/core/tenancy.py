@@ -110,30 +110,32 @@ def remove_dot_segments(path: str) -> str:
     """RFC 3986 section 5.2.4, as httpx resolves a request path before sending it (a unit test pins
     that): `/runner/../admin` is `/admin`."""
     out: list[str] = []
-    while path:
-        if path.startswith("../"):
-            path = path[3:]
-        elif path.startswith("./"):
-            path = path[2:]
-        elif path.startswith("/./"):
-            path = path[2:]
-        elif path == "/.":
-            path = "/"
-        elif path.startswith("/../"):
-            path = path[3:]
+    # The input buffer is path[i:] (an index, not a copy per step: each character is read once).
+    i, n = 0, len(path)
+    while i < n:
+        if path.startswith("../", i):
+            i += 3
+        elif path.startswith("./", i):
+            i += 2
+        elif path.startswith("/./", i):
+            i += 2
+        elif path.startswith("/.", i) and i + 2 == n:
+            path, i, n = "/", 0, 1
+        elif path.startswith("/../", i):
+            i += 3
             if out:
                 out.pop()
-        elif path == "/..":
-            path = "/"
+        elif path.startswith("/..", i) and i + 3 == n:
+            path, i, n = "/", 0, 1
             if out:
                 out.pop()
-        elif path in (".", ".."):
-            path = ""
+        elif n - i <= 2 and path.startswith("." * (n - i), i):  # what is left is "." or ".."
+            i = n
         else:
-            cut = path.find("/", 1)
-            cut = len(path) if cut < 0 else cut
-            out.append(path[:cut])
-            path = path[cut:]
+            cut = path.find("/", i + 1)
+            cut = n if cut < 0 else cut
+            out.append(path[i:cut])
+            i = cut
     return "".join(out)
 
 
