@@ -100,6 +100,15 @@ async def test_a_held_job_is_the_broken_link() -> None:
     assert broken is not None and broken.id == "job" and "JobHeldUser" in broken.detail
 
 
+async def test_a_slurm_token_no_header_can_carry_is_told_without_it_and_never_sent() -> None:
+    kube, runners, fake = world()
+    bad = f"{jwt()}\n{jwt()}"  # two lines in one key: httpx's own error would quote the header
+    kube.edit("secrets", NS, "slurm-jwt", lambda s: s.update(data={"token": base64.b64encode(bad.encode()).decode()}))
+    obs = await look(kube, runners, fake, gather.Ask(SBX, "sbx-2"))
+    assert obs.jobs is not None and obs.jobs.error is not None and f"a line break at offset {len(jwt())}" in obs.jobs.error
+    assert fake.count("jobs") == 0 and jwt() not in repr(obs)
+
+
 async def test_a_namespace_reads_the_grace_of_its_sandbox_pods_and_asks_slurm_nothing() -> None:
     kube, runners, fake = world()
     kube.add("pods", pod(SBX, "long", labels={"sandbox.coreweave.com/sandbox-id": "s3"}, grace=300))

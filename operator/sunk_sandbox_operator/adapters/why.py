@@ -186,7 +186,7 @@ async def _jobs(kube: k.KubeAPI, b: Candidate, pod: dict, policy: tenancy.Tenanc
     if not tenancy.url_allowed(rest.url, policy, policy.allowed_slurm_urls):
         return Jobs(where, f"{rest.url} is not a slurmrestd URL the operator allows: nothing was sent")
     value, missing = await dg._secret(kube, (b.namespace, rest.token_secret_ref.name, rest.token_secret_ref.key))
-    problem = missing or slurm.token_problem(value, rest.user, now)
+    problem = missing or slurm.header_problem(value) or slurm.token_problem(value, rest.user, now)
     if problem:
         return Jobs(where, problem)
     names = tuple(n for n in job_names(rest.job_name_templates, decode_pod(pod, parse_quantity)) if n)

@@ -253,7 +253,8 @@ READS: dict[str, str] = {
     'policy': 'GET the token Secret; POST `GetManagedRunner`',
     'pod': '— (the pod)',
     'grace': '— (the pod); a namespace: LIST pods `-l sandbox.coreweave.com/sandbox-id` there',
-    'job': 'GET the Slurm JWT Secret; GET `/slurm/VERSION/jobs` at an allowed slurmrestd',
+    'job': ('GET the Slurm JWT Secret; GET `/slurm/VERSION/jobs` at an allowed slurmrestd (with no `apiVersion`, '
+            'the `ping`s that negotiate it first, as the doctor\'s)'),
 }
 
 CHAIN: tuple[Check, ...] = (binding, scheduler, listed, rolled, rbac, policy, pod, grace, job)
