@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sunk_sandbox_operator.core.slurm import job_state, number  # each Slurm's shape of these fields
 from tests.conftest import SECRET_VALUES, wait_for
 from tests.integration.conftest import (calls, create_token_secret, grant_operator, make_scheduler, new_runner,
                                         set_pod_ready, writes)
@@ -204,7 +205,7 @@ def test_a_job_pending_for_a_persistent_reason(installed, emulator, slurm, ns, b
     job = next(x for x in doc["links"] if x["id"] == "job")
     assert code == 0 and job["ok"] is None and job.get("unknown") and "JobHeldUser" in job["detail"]
     assert doc["verdict"].startswith("no broken link found, but not told: its placeholder job in Slurm")
-    wait_for(lambda: time.time() - slurm.job(held)["submit_time"] >= 2, 10, lambda: "two seconds of pending")
+    wait_for(lambda: time.time() - (number(slurm.job(held)["submit_time"]) or 0) >= 2, 10, lambda: "two seconds of pending")
     code, doc = why(installed, bindir, "pod", pod, "--pending-seconds", "2")
     link = broken(doc)
     assert code == 1 and link["id"] == "job" and f"job {held} ({pod}) PENDING for JobHeldUser" in link["detail"]
@@ -234,7 +235,8 @@ def test_a_healthy_pod_is_placeable_with_the_list_the_operator_wrote_and_the_rol
     w.roll_out()
     pod = w.pod()
     job = slurm.submit(pod, partition=PARTITION)
-    wait_for(lambda: slurm.job(job)["job_state"] == "RUNNING", 30, lambda: f"job {job}: {slurm.job(job)['job_state']}")
+    wait_for(lambda: job_state(slurm.job(job)["job_state"]) == "RUNNING", 30,
+             lambda: f"job {job}: {slurm.job(job)['job_state']}")
     before, updates = snapshot(installed, ns, w.sbx), len(writes(emulator, w.runner))
     text = run(installed, bindir, "why", "pod", pod)
     assert text.returncode == 0, text.stdout + text.stderr
