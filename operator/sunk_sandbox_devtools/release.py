@@ -155,6 +155,10 @@ def _add(tar: tarfile.TarFile, name: str, data: bytes, mode: int) -> None:
     tar.addfile(info, io.BytesIO(data))
 
 
+# What kubectl (>= 1.26) runs for `kubectl ssb <TAB>` in bash and zsh: the plugin answers (Cobra's protocol).
+COMPLETION_SCRIPT = b'#!/bin/sh\nexec kubectl-ssb __complete "$@"\n'
+
+
 def plugin_archive(wheel: Path, dist: Path, version: str, os_: str, arch: str,
                    pythons: tuple[str, ...] = PLUGIN_PYTHONS, root: Path = REPO_ROOT) -> Path:
     """kubectl-ssb for one OS/arch: a PEX of the wheel and its dependencies, in a tar.gz with LICENSE
@@ -170,6 +174,7 @@ def plugin_archive(wheel: Path, dist: Path, version: str, os_: str, arch: str,
         raw = io.BytesIO()
         with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz, tarfile.open(fileobj=gz, mode="w") as tar:
             _add(tar, "kubectl-ssb", pex.read_bytes(), 0o755)
+            _add(tar, "kubectl_complete-ssb", COMPLETION_SCRIPT, 0o755)
             _add(tar, "LICENSE", (root / "LICENSE").read_bytes(), 0o644)
         out.write_bytes(raw.getvalue())
     return out
@@ -181,7 +186,8 @@ def krew_manifest(version: str, archives: dict[tuple[str, str], Path]) -> str:
         "selector": {"matchLabels": {"os": os_, "arch": arch}},
         "uri": f"{HOMEPAGE}/releases/download/v{version}/{path.name}",
         "sha256": sha256(path),
-        "files": [{"from": "kubectl-ssb", "to": "."}, {"from": "LICENSE", "to": "."}],
+        "files": [{"from": "kubectl-ssb", "to": "."}, {"from": "kubectl_complete-ssb", "to": "."},
+                  {"from": "LICENSE", "to": "."}],
         "bin": "kubectl-ssb",
     } for (os_, arch), path in sorted(archives.items())]
     pythons = f"{PLUGIN_PYTHONS[0]} to {PLUGIN_PYTHONS[-1]}"
@@ -195,9 +201,12 @@ def krew_manifest(version: str, archives: dict[tuple[str, str], Path]) -> str:
             "shortDescription": "Check SUNK sandbox bindings and what they need",
             "description": "kubectl ssb doctor runs every check of the sunk-sandbox-operator runbook against the "
                            "current cluster (and Slurm, the runner API), before any binding or for one, and "
-                           "prints each check with its fix. It only reads.\n",
+                           "prints each check with its fix; kubectl ssb why pod NS/NAME says why a sandbox pod is "
+                           "not placed (the first broken link, with its fix). It only reads.\n",
             "caveats": f"Needs CPython {pythons} on PATH (python3, or python3.X: it picks one); the first "
-                       "run unpacks its dependencies to ~/.pex.\n",
+                       "run unpacks its dependencies to ~/.pex. Shell completion (kubectl 1.26 or later, bash and "
+                       "zsh): krew puts only kubectl-ssb on PATH; link the completion next to it: ln -s "
+                       f"~/.krew/store/ssb/v{version}/kubectl_complete-ssb ~/.krew/bin/\n",
             "platforms": platforms,
         },
     }

@@ -12,13 +12,16 @@ USAGE = """sunk-sandbox-operator COMMAND [ARGS]
 
 commands:
   run                  run the operator (kopf, cluster-wide)
-  doctor               check the runbook against the current cluster: doctor [NAMESPACE/NAME] [-o json]
+  doctor               check the runbook against the current cluster: doctor [NAMESPACE/NAME] [-o json|yaml]
                        (also `kubectl ssb doctor`; reads only; exit 1 when a check fails)
+  why                  why is a sandbox pod not placed: why pod NAMESPACE/NAME | why namespace NAMESPACE
+                       (also `kubectl ssb why`; reads only; exit 1 when a link is broken)
   runner-api-emulator  serve the CoreWeave runner API emulator (local tests, demos, dry runs)
   render-policy        print the runner policy the operator would write for a binding
-  crd                  print the CustomResourceDefinition rendered from the models
+  crd                  print the CustomResourceDefinition rendered from the models [-o yaml|json]
+  version              print the version [-o text|json|yaml] (also --version)
 
-  --version            print the version
+`sunk-sandbox-operator COMMAND --help` for a command's flags.
 """
 
 
@@ -123,6 +126,33 @@ def _run(argv: list[str]) -> int:
         return 2
 
 
+def _version(argv: list[str]) -> int:
+    from .output import OUTPUTS, render
+    from . import __version__
+
+    parser = argparse.ArgumentParser(prog="sunk-sandbox-operator version", description="Print the version.")
+    parser.add_argument("-o", "--output", choices=OUTPUTS, default="text")
+    args = parser.parse_args(argv)
+    if args.output == "text":
+        print(f"sunk-sandbox-operator {__version__}")
+    else:
+        sys.stdout.write(render({"version": __version__}, args.output))
+    return 0
+
+
+def _crd(argv: list[str]) -> int:
+    from .output import render
+
+    parser = argparse.ArgumentParser(prog="sunk-sandbox-operator crd", description="Print the CustomResourceDefinition "
+                                     "rendered from the models (crds/sunksandboxbindings.yaml is this output).")
+    parser.add_argument("-o", "--output", choices=["yaml", "json"], default="yaml")
+    args = parser.parse_args(argv)
+    from .api import crd
+
+    sys.stdout.write(crd.render_yaml() if args.output == "yaml" else render(crd.render_crd(), "json"))
+    return 0
+
+
 # Libraries that log at INFO on every object event or request: kopf "Handler ... succeeded" for
 # every binding event (our own status patches included), httpx one line per runner API call.
 CHATTY_LOGGERS = ("kopf.objects", "httpx", "httpcore")
@@ -153,16 +183,17 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(USAGE)
         return 0
-    if argv[0] in ("--version", "-V", "version"):
-        from . import __version__
-        print(f"sunk-sandbox-operator {__version__}")
-        return 0
     command, rest = argv[0], argv[1:]
+    if command in ("--version", "-V", "version"):
+        return _version(rest)
     if command == "run":
         return _run(rest)
     if command == "doctor":
         from . import doctor
         return doctor.main(rest)
+    if command == "why":
+        from . import why
+        return why.main(rest)
     if command == "runner-api-emulator":
         from .adapters.runnerapi import emulator
         return emulator.main(rest)
@@ -170,9 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         from . import render
         return render.main(rest)
     if command == "crd":
-        from .api import crd
-        sys.stdout.write(crd.render_yaml())
-        return 0
+        return _crd(rest)
     print(f"unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
     return 2
 

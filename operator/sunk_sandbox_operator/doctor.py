@@ -1,6 +1,6 @@
 """`doctor` (also `kubectl ssb doctor`): the seed runbook's checks against the current cluster.
 
-    sunk-sandbox-operator doctor [NAMESPACE/NAME] [-o text|json] [flags]
+    sunk-sandbox-operator doctor [NAMESPACE/NAME] [-o text|json|yaml] [flags]
 
 With a binding, everything comes from its spec, under the tenancy rules the operator applies
 (its token goes only to an API URL the operator's settings allow). Which settings: those given to
@@ -9,15 +9,15 @@ ones the operator publishes (ConfigMap sunk-sandbox-operator-settings in `--oper
 written by the leader at the start of its term: adapters/settings.py), else the defaults; the
 second line says which. Without a binding, the prerequisites, from flags.
 Credentials: KUBECONFIG (or in-cluster), as the operator loads them. Reads only. One line per
-check (✓, ✗ with the fix, - not applicable); exit 1 when a check fails, 2 on bad usage. The parts:
-adapters/doctor.py gathers, core/doctor/checks.py checks, this module parses flags and prints.
+check (✓, ✗ with the fix, - not applicable); exit 1 when a check fails or the binding is not found,
+2 on bad usage. The parts: adapters/doctor.py gathers, core/doctor/checks.py checks, this module
+parses flags and prints.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 from dataclasses import replace
 from typing import Any
@@ -36,7 +36,7 @@ def _parser(prog: str = PROG) -> argparse.ArgumentParser:
                                 "(reads only). Exit 1 when a check fails.")
     p.add_argument("binding", nargs="?", metavar="NAMESPACE/NAME",
                    help="check this SunkSandboxBinding (everything from its spec); without it, the prerequisites")
-    p.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    p.add_argument("-o", "--output", choices=["text", "json", "yaml"], default="text")
     pre = p.add_argument_group("prerequisites (no binding yet)")
     pre.add_argument("--scheduler-namespace", default=None, help="the Slurm namespace the scheduler (and the "
                      "NodeSets' slurmd pods) run in (default tenant-slurm)")
@@ -225,8 +225,10 @@ async def _observe(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
                 parser.error(f"expected NAMESPACE/NAME, got {args.binding!r}")
             try:
                 body = await kube.get_binding(ns, name)
-            except (k.NotFound, k.Forbidden) as exc:
-                parser.error(f"binding {args.binding}: {describe(exc)}")
+            except k.NotFound:
+                raise BindingNotFound(f"binding {args.binding} not found") from None
+            except k.Forbidden as exc:
+                raise BindingNotFound(f"binding {args.binding}: {describe(exc)}") from None
             try:
                 spec = parse_spec(body.get("spec") or {})
             except ValidationError as exc:
@@ -246,6 +248,10 @@ async def _observe(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
         return replace(await gather.gather(kube, target, tenancy), settings=label), said
     finally:
         await http.close()
+
+
+class BindingNotFound(Exception):
+    """The binding asked about does not exist or may not be read: one line, exit 1 (not a usage error)."""
 
 
 def _line(r: Any) -> str:
@@ -268,16 +274,20 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     from .core.redact import describe
     try:
         obs, said = asyncio.run(_observe(args, parser))
+    except BindingNotFound as exc:
+        print(f"{parser.prog}: {exc}", file=sys.stderr)
+        return 1
     except (KubeError, ConfigError) as exc:  # no kubeconfig, an API server that does not answer
         print(f"{parser.prog}: cannot read the cluster: {describe(exc)}", file=sys.stderr)
         return 2
     results = doctor.evaluate(obs)
     bad = doctor.failed(results)
-    if args.output == "json":
-        print(json.dumps({"binding": obs.binding, "schedulerNamespace": obs.scheduler_namespace, "ok": not bad,
-                          "settings": said,
-                          "checks": [{"id": r.id, "name": r.name, "ok": r.ok, "detail": r.detail, "fix": r.fix}
-                                     for r in results]}, indent=2))
+    if args.output != "text":
+        from .output import render
+        sys.stdout.write(render({"binding": obs.binding, "schedulerNamespace": obs.scheduler_namespace, "ok": not bad,
+                                 "settings": said,
+                                 "checks": [{"id": r.id, "name": r.name, "ok": r.ok, "detail": r.detail, "fix": r.fix}
+                                            for r in results]}, args.output))
     else:
         what = f"binding {obs.binding}" if obs.binding else "prerequisites (no binding)"
         print(f"sunk-sandbox-operator doctor: {what}; scheduler namespace {obs.scheduler_namespace}")
@@ -290,7 +300,8 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
 
 
 def kubectl_plugin(argv: list[str] | None = None) -> int:
-    """`kubectl ssb doctor ...`: kubectl runs `kubectl-ssb doctor ...` from PATH."""
+    """`kubectl ssb doctor ...`, as the kubectl-ssb of installs before plugin.py ran it (the plugin is
+    plugin.main now: doctor, why, version and completion); kept while such console scripts exist."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] != ["doctor"]:
         print("usage: kubectl ssb doctor [NAMESPACE/NAME] [-o json] [flags]   (kubectl ssb doctor --help)",

@@ -155,8 +155,10 @@ def test_the_checksums_and_the_manifests_name_every_artifact(dist, digest):
     assert entry["selector"]["matchLabels"] == {"os": HOST[0], "arch": HOST[1]}
     assert entry["uri"].endswith(f"/releases/download/v{__version__}/{archive}") and entry["sha256"] == sums[archive]
     with tarfile.open(dist / archive) as tar:
-        assert sorted(tar.getnames()) == ["LICENSE", "kubectl-ssb"] and tar.getmember("kubectl-ssb").mode == 0o755
-    assert entry["bin"] == "kubectl-ssb" and {f["from"] for f in entry["files"]} == {"kubectl-ssb", "LICENSE"}
+        assert sorted(tar.getnames()) == ["LICENSE", "kubectl-ssb", "kubectl_complete-ssb"]
+        assert tar.getmember("kubectl-ssb").mode == tar.getmember("kubectl_complete-ssb").mode == 0o755
+    assert entry["bin"] == "kubectl-ssb"
+    assert {f["from"] for f in entry["files"]} == {"kubectl-ssb", "kubectl_complete-ssb", "LICENSE"}
 
 
 def test_the_sbom_lists_what_is_in_the_image(sbom, digest):

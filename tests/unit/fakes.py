@@ -331,6 +331,14 @@ class FakeKube:
         self._enter("get_node", name)
         return copy.deepcopy(self._find("nodes", "", name))
 
+    async def get_namespace(self, name: str) -> dict:
+        self._enter("get_namespace", name)
+        return copy.deepcopy(self._find("namespaces", "", name))
+
+    async def get_pod(self, namespace: str, name: str) -> dict:
+        self._enter("get_pod", namespace, name, namespace=namespace)
+        return copy.deepcopy(self._find("pods", namespace, name))
+
     async def list_pods_everywhere(self, label_selector: str | None = None, field_selector: str | None = None,
                                    each: Callable[[dict], Any] | None = None) -> list[Any]:
         """Only the field selector the callers use: `spec.nodeName=NAME`."""
@@ -347,6 +355,10 @@ class FakeKube:
     async def get_helmrelease(self, namespace: str, name: str) -> dict:
         self._enter("get_helmrelease", namespace, name, namespace=namespace)
         return copy.deepcopy(self._find("helmreleases", namespace, name))
+
+    async def list_bindings(self) -> list[dict]:
+        self._enter("list_bindings")
+        return self._items("bindings")
 
     async def list_rolebindings(self, label_selector: str) -> list[dict]:
         self._enter("list_rolebindings", label_selector)

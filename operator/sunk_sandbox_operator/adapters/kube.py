@@ -77,8 +77,11 @@ class KubeAPI(Protocol):
     async def list_rolebindings(self, label_selector: str) -> list[dict[str, Any]]: ...
     async def get_clusterrole(self, name: str) -> dict[str, Any]: ...
     async def get_binding(self, namespace: str, name: str) -> dict[str, Any]: ...
+    async def list_bindings(self) -> list[dict[str, Any]]: ...
     async def list_namespaces(self) -> list[dict[str, Any]]: ...
     async def get_node(self, name: str) -> dict[str, Any]: ...
+    async def get_namespace(self, name: str) -> dict[str, Any]: ...
+    async def get_pod(self, namespace: str, name: str) -> dict[str, Any]: ...
     async def list_pods_everywhere(self, label_selector: str | None = None, field_selector: str | None = None,
                                    each: Callable[[dict[str, Any]], Any] | None = None) -> list[Any]: ...
 
@@ -243,6 +246,11 @@ class Kube:
         """A ClusterRole bindings may grant (the operator may read only those: `get` with resourceNames)."""
         return await self._get(f"/apis/{RBAC}/v1/clusterroles/{name}")
 
+    async def list_bindings(self) -> list[dict]:
+        """Every binding, a page at a time: `kubectl ssb why`'s one read (the operator reads its binding
+        cache, never this)."""
+        return await self._pages(f"/apis/{keys.GROUP}/{keys.VERSION}/{keys.PLURAL}", {})
+
     async def get_binding(self, namespace: str, name: str) -> dict:
         return await self._get(ns_path(namespace, keys.PLURAL, name, keys.GROUP, keys.VERSION))
 
@@ -251,6 +259,12 @@ class Kube:
 
     async def get_node(self, name: str) -> dict:
         return await self._get(f"/api/v1/nodes/{name}")
+
+    async def get_namespace(self, name: str) -> dict:
+        return await self._get(f"/api/v1/namespaces/{name}")
+
+    async def get_pod(self, namespace: str, name: str) -> dict:
+        return await self._get(kind_path("Pod", namespace, name))
 
     async def list_pods_everywhere(self, label_selector: str | None = None, field_selector: str | None = None,
                                    each: Callable[[dict], Any] | None = None) -> list[Any]:

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ...api.keys import SCHEDULER_CONFIGMAP_LABEL
+from ...api.keys import SCHEDULER_CONFIGMAP_LABEL, SCOPE_HASH_ANNOTATION
 from .conf import SCHEDULER_CONF_KEY, SCHEDULER_CONTAINER, SLURM_CONF_SUFFIX
 
 DEFAULT_MAX_OBJECT_BYTES = 256 * 1024   # what discovery keeps of one object (SSB_MAX_OBJECT_BYTES)
@@ -122,6 +122,11 @@ def reduce_pod(obj: Mapping[str, Any], cap: int) -> dict[str, Any] | Skipped:
                 "creationTimestamp": meta.get("creationTimestamp")}
     if meta.get("deletionTimestamp"):
         pod_meta["deletionTimestamp"] = meta["deletionTimestamp"]
+    # The scope hash its template carried when it started (our own annotation, a short hex string):
+    # which list a Ready scheduler pod runs, for `kubectl ssb why`'s rolled link.
+    scope_hash = _map(meta.get("annotations")).get(SCOPE_HASH_ANNOTATION)
+    if isinstance(scope_hash, str) and len(scope_hash) <= 64:
+        pod_meta["annotations"] = {SCOPE_HASH_ANNOTATION: scope_hash}
     pod_spec: dict[str, Any] = {"containers": kept}
     for key in ("serviceAccountName", "serviceAccount"):
         if isinstance(spec.get(key), str):
