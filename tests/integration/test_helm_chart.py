@@ -1,9 +1,10 @@
 """The Helm chart with the real helm (v3.22, built from the Go module proxy by `make helm`).
 
 - `helm lint --strict`, with the defaults and with every optional part on;
-- `helm template` with the default values renders the objects `kubectl kustomize manifests/`
-  renders (same kind, namespace, name and content; only Helm's own labels differ, and the CRD,
-  which the chart ships as the very file crds/ holds, lacks the labels kustomize adds), and with
+- `helm template -n sunk-sandbox-operator-system` with the default values renders the objects
+  `kubectl kustomize manifests/` renders but its Namespace (which `--create-namespace` stands for:
+  tests/integration/test_chart_habits.py renders it with `namespace.create`); same kind, namespace,
+  name and content, only Helm's own labels differ (and the CRD's `helm.sh/resource-policy`); and with
   the webhook and monitoring parts on, what the kustomize components add;
 - values do what the table says (namespaces bound, tenancy settings, webhook without
   cert-manager, refusals);
@@ -37,6 +38,8 @@ RELEASE = "sunk-sandbox-operator"
 # Labels Helm charts add that a kustomize install does not have.
 HELM_LABELS = {"helm.sh/chart", "app.kubernetes.io/managed-by", "app.kubernetes.io/instance", "app.kubernetes.io/version"}
 KUSTOMIZE_LABELS = {"app.kubernetes.io/name", "app.kubernetes.io/part-of"}  # manifests/kustomization.yaml `labels:`
+# The README's install: the operator in the release's namespace, which Helm creates.
+INSTALL = ["--namespace", OPERATOR_NS, "--create-namespace"]
 ALL_ON = ["--set", "webhook.enabled=true", "--set", "metrics.serviceMonitor.enabled=true",
           "--set", "monitoring.prometheusRule.enabled=true", "--set", "monitoring.dashboard.enabled=true"]
 
@@ -52,7 +55,7 @@ def helm(*args: str, kubeconfig: Path | None = None, check: bool = True) -> subp
 
 
 def render(*args: str) -> list[dict]:
-    out = helm("template", RELEASE, str(CHART), *args).stdout
+    out = helm("template", RELEASE, str(CHART), "--namespace", OPERATOR_NS, "--skip-tests", *args).stdout
     return [d for d in yaml.safe_load_all(out) if d]
 
 
@@ -74,10 +77,22 @@ def assert_same_objects(helm_docs: list[dict], kustomize_docs: list[dict]) -> No
     assert set(ours) == set(theirs), (sorted(set(ours) - set(theirs)), sorted(set(theirs) - set(ours)))
     for key, doc in ours.items():
         for label in HELM_LABELS - {"app.kubernetes.io/instance", "app.kubernetes.io/managed-by"}:
-            if key[0] != "CustomResourceDefinition":
-                assert label in doc["metadata"]["labels"], (key, label)
-        drop = HELM_LABELS | (KUSTOMIZE_LABELS if key[0] == "CustomResourceDefinition" else set())
-        assert without_labels(doc, drop) == without_labels(theirs[key], drop), key
+            assert label in doc["metadata"]["labels"], (key, label)
+        assert without_labels(without_keep(doc), HELM_LABELS) == without_labels(theirs[key], HELM_LABELS), key
+
+
+def without_keep(doc: dict) -> dict:
+    """The CRD without `helm.sh/resource-policy: keep` (crds.keep), Helm's own annotation."""
+    if doc["kind"] != "CustomResourceDefinition":
+        return doc
+    doc = copy.deepcopy(doc)
+    assert doc["metadata"].pop("annotations") == {"helm.sh/resource-policy": "keep"}
+    return doc
+
+
+def but_the_namespace(kustomize_docs: list[dict]) -> list[dict]:
+    """manifests/ makes the operator's Namespace; the chart installs into the release's (`--create-namespace`)."""
+    return [d for d in kustomize_docs if (d["kind"], d["metadata"]["name"]) != ("Namespace", OPERATOR_NS)]
 
 
 def overlay(tmp_path: Path, *components: str) -> Path:
@@ -102,17 +117,18 @@ def test_helm_lint(extra):
 
 
 def test_default_values_render_the_kustomize_install():
-    docs = render("--include-crds")
-    assert_same_objects(docs, kustomize_build(MANIFESTS))
+    docs = render()
+    assert_same_objects(docs, but_the_namespace(kustomize_build(MANIFESTS)))
     (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
     assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == \
         f"ghcr.io/sunksandbox/sunk-sandbox-operator:{__version__}"
     (crd,) = [d for d in docs if d["kind"] == "CustomResourceDefinition"]
-    assert crd == yaml.safe_load((REPO / "crds" / "sunksandboxbindings.yaml").read_text())
+    assert without_labels(without_keep(crd), HELM_LABELS | KUSTOMIZE_LABELS) == \
+        yaml.safe_load((REPO / "crds" / "sunksandboxbindings.yaml").read_text())
 
 
 def test_the_optional_parts_render_the_kustomize_components(tmp_path):
-    assert_same_objects(render("--include-crds", *ALL_ON), kustomize_build(overlay(tmp_path, "webhook", "monitoring")))
+    assert_same_objects(render(*ALL_ON), but_the_namespace(kustomize_build(overlay(tmp_path, "webhook", "monitoring"))))
 
 
 def container(docs: list[dict]) -> dict:
@@ -236,10 +252,10 @@ def test_install_a_working_binding_and_uninstall_leaves_only_the_crd(own_cluster
     kube = Kube(own_cluster)
     kube.create_namespace("tenant-slurm")  # the documented prerequisite
     cfg = own_cluster.kubeconfig
-    done = helm("install", RELEASE, str(CHART), "--namespace", "default",
+    done = helm("install", RELEASE, str(CHART), *INSTALL,
                 "--set", "tenancy.allowedApiUrls={http://127.0.0.1:*}", kubeconfig=cfg)
     assert "STATUS: deployed" in done.stdout, done.stdout
-    made = [d for d in yaml.safe_load_all(helm("get", "manifest", RELEASE, "-n", "default", kubeconfig=cfg).stdout) if d]
+    made = [d for d in yaml.safe_load_all(helm("get", "manifest", RELEASE, "-n", OPERATOR_NS, kubeconfig=cfg).stdout) if d]
     assert ids(made) == ids(render("--set", "tenancy.allowedApiUrls={http://127.0.0.1:*}"))
     crd = kube.ext.read_custom_resource_definition("sunksandboxbindings.sunksandbox.dev")
     assert any(c.type == "Established" and c.status == "True" for c in crd.status.conditions)
@@ -279,7 +295,7 @@ def test_install_a_working_binding_and_uninstall_leaves_only_the_crd(own_cluster
     finally:
         operator.stop()
 
-    done = helm("uninstall", RELEASE, "--namespace", "default", kubeconfig=cfg)
+    done = helm("uninstall", RELEASE, "--namespace", OPERATOR_NS, kubeconfig=cfg)
     assert "uninstalled" in done.stdout
     left = []
     for doc in made:
@@ -289,18 +305,17 @@ def test_install_a_working_binding_and_uninstall_leaves_only_the_crd(own_cluster
             left.append((kind, ns, name, json.loads(got.stdout)["metadata"]))
         else:
             assert "NotFound" in got.stderr, got.stderr
-    # The Namespace is deleted; with no namespace controller here (no kube-controller-manager) it stays
-    # Terminating, holding what the operator wrote at run time (its released Lease), which that
-    # controller removes with it on a real cluster.
-    assert [(k, ns, n) for k, ns, n, _ in left] == [("Namespace", None, OPERATOR_NS)]
-    assert left[0][3].get("deletionTimestamp")
+    # The CRD is kept (crds.keep); the namespace is Helm's `--create-namespace`, not the release's, so it
+    # stays with what the operator wrote at run time (its released Lease).
+    assert [(k, ns, n) for k, ns, n, _ in left] == [("CustomResourceDefinition", None, "sunksandboxbindings.sunksandbox.dev")]
+    assert not left[0][3].get("deletionTimestamp")
     remaining = set()
     for resource in ("configmaps", "leases.coordination.k8s.io", "secrets", "serviceaccounts", "roles",
                      "rolebindings", "services", "deployments", "poddisruptionbudgets", "networkpolicies"):
         names = kube.kubectl("get", resource, "-n", OPERATOR_NS, "-o", "name").stdout.split()
         remaining.update(names)
     assert remaining <= {"lease.coordination.k8s.io/sunk-sandbox-operator"}, remaining
-    assert not kube.kubectl("get", "secrets", "-n", "default", "-l", "owner=helm", "-o", "name").stdout.strip()
+    assert not kube.kubectl("get", "secrets", "-n", OPERATOR_NS, "-l", "owner=helm", "-o", "name").stdout.strip()
     for kind in ("clusterroles", "clusterrolebindings", "validatingwebhookconfigurations"):
         managed = kube.kubectl("get", kind, "-l", "app.kubernetes.io/managed-by=Helm", "-o", "name").stdout.strip()
         assert not managed, managed
@@ -309,4 +324,4 @@ def test_install_a_working_binding_and_uninstall_leaves_only_the_crd(own_cluster
                                "-l", "app.kubernetes.io/managed-by=Helm", "-o", "name").stdout.strip()
         assert not managed, managed
     crd = kube.ext.read_custom_resource_definition("sunksandboxbindings.sunksandbox.dev")
-    assert crd.metadata.deletion_timestamp is None, "Helm keeps the CRDs of crds/"
+    assert crd.metadata.deletion_timestamp is None, "crds.keep: helm.sh/resource-policy keep"
