@@ -195,3 +195,64 @@ def test_the_helm_test_script_is_standard_library_python() -> None:
                 for alias in node.names}
     imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
     assert imported and imported <= set(sys.stdlib_module_names), imported - set(sys.stdlib_module_names)
+
+
+def schema_errors(values: dict) -> list[str]:
+    """What values.schema.json says about VALUES (Helm validates the merged values the same way, draft 7)."""
+    import jsonschema
+
+    schema = json.loads(chart.SCHEMA.read_text())
+    validator = jsonschema.Draft7Validator(schema)
+    return [f"/{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(values)]
+
+
+def with_value(key: str, value) -> dict:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    node = values
+    *parents, leaf = key.split(".")
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[leaf] = value
+    return values
+
+
+def test_the_default_values_pass_the_schema() -> None:
+    assert schema_errors(yaml.safe_load((CHART / "values.yaml").read_text())) == []
+
+
+# The issue's three (`--set` gives strings), and more of the same kinds.
+@pytest.mark.parametrize(("key", "value", "message"), [
+    ("replicas", "abc", "/replicas: 'abc' is not of type 'integer'"),
+    ("logFormat", "xml", "/logFormat: 'xml' is not one of ['plain', 'full', 'json']"),
+    ("metrics.serviceMonitr", {"enabled": True}, "/metrics: Additional properties are not allowed ('serviceMonitr' was unexpected)"),
+    ("healthPort", 70000, "/healthPort: 70000 is greater than the maximum of 65535"),
+    ("crds.keep", "yes", "/crds/keep: 'yes' is not of type 'boolean'"),
+    ("rbac.aggregateClusterRole", False, "/rbac: Additional properties are not allowed ('aggregateClusterRole' was unexpected)"),
+    ("priorityClassName", 5, "/priorityClassName: 5 is not of type 'string'"),
+    ("topologySpreadConstraints", {"maxSkew": 1}, "/topologySpreadConstraints: {'maxSkew': 1} is not of type 'array'"),
+    ("podLabels", ["team=a"], "/podLabels: ['team=a'] is not of type 'object'"),
+    ("tenancy.allowedReach", {"tenant-slurm": "argocd"}, "/tenancy/allowedReach/tenant-slurm: 'argocd' is not of type 'array'"),
+    ("image.pullPolicy", "always", "/image/pullPolicy: 'always' is not one of ['Always', 'IfNotPresent', 'Never']"),
+    ("replica", 2, "/: Additional properties are not allowed ('replica' was unexpected)"),
+], ids=lambda v: v if isinstance(v, str) and not v.startswith("/") else "")
+def test_the_schema_refuses_a_wrong_type_or_an_unknown_key_naming_it(key, value, message) -> None:
+    assert schema_errors(with_value(key, value)) == [message]
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("affinity", {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {}}}),
+    ("topologySpreadConstraints", [{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}]),
+    ("podLabels", {"team": "a"}), ("commonLabels", {"cost-center": "42"}),
+    ("serviceAccount.annotations", {"eks.amazonaws.com/role-arn": "arn"}),
+    ("podSecurityContext", {"fsGroupChangePolicy": "OnRootMismatch"}), ("securityContext", {"runAsUser": 1000}),
+    ("podDisruptionBudget.minAvailable", "50%"), ("leaderElection.leaseDurationSeconds", 30),
+    ("global", {"imageRegistry": "mirror"}),
+])
+def test_the_schema_accepts_what_the_documented_types_allow(key, value) -> None:
+    assert schema_errors(with_value(key, value)) == []
+
+
+def test_the_chart_states_the_kubernetes_versions_it_supports() -> None:
+    """kubeVersion: Helm refuses to install on an older API server (CRD validation rules are GA from 1.29)."""
+    meta = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert meta["kubeVersion"] == ">=1.29.0-0"
