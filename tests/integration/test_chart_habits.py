@@ -74,7 +74,7 @@ def test_lint_and_template_refuse_what_the_schema_refuses(args, message):
 
 def test_scheduling_and_security_knobs_reach_the_pods_merged_with_the_defaults():
     docs = render("--set", "priorityClassName=system-cluster-critical", "--set", "podLabels.team=ml",
-                  "--set", "commonLabels.cost-center=42",
+                  "--set-string", "commonLabels.cost-center=42",
                   "--set", "serviceAccount.annotations.iam\\.example/role=operator",
                   "--set", "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
                            ".nodeSelectorTerms[0].matchExpressions[0].key=pool",
@@ -102,6 +102,12 @@ def test_scheduling_and_security_knobs_reach_the_pods_merged_with_the_defaults()
         assert doc["metadata"]["labels"]["cost-center"] == "42", (doc["kind"], doc["metadata"]["name"])
     without = render("--set", "affinity.podAntiAffinity=null")
     assert "affinity" not in one(without, "Deployment")["spec"]["template"]["spec"], "null drops the default"
+
+
+def test_a_label_value_must_be_a_string():
+    """`--set` makes 42 a number, which Kubernetes refuses as a label; the schema says so first."""
+    done = helm("template", RELEASE, str(CHART), "--set", "commonLabels.cost-center=42", check=False)
+    assert done.returncode != 0 and "at '/commonLabels/cost-center': got number, want string" in done.stderr, done.stderr
 
 
 def test_a_pod_label_cannot_take_the_selectors_key():
@@ -288,17 +294,26 @@ def test_install_into_the_release_namespace_upgrade_the_crd_and_helm_test(releas
 
 def aggregate_built_in_roles(kube: Kube) -> None:
     """What the controller-manager's clusterrole-aggregation controller does: each ClusterRole with an
-    aggregationRule gets the rules of every ClusterRole its selectors match."""
-    for role in kube.rbac.list_cluster_role().items:
-        if not role.aggregation_rule:
-            continue
-        rules: list = []
-        for selector in role.aggregation_rule.cluster_role_selectors:
-            labels = ",".join(f"{k}={v}" for k, v in (selector.match_labels or {}).items())
-            for source in kube.rbac.list_cluster_role(label_selector=labels).items:
-                rules += [r for r in source.rules or [] if source.metadata.name != role.metadata.name and r not in rules]
-        kube.rbac.patch_cluster_role(role.metadata.name, {"rules": [kube.api.sanitize_for_serialization(r)
-                                                                   for r in rules]})
+    aggregationRule gets the rules of every ClusterRole its selectors match. Repeated until nothing
+    changes, as that controller requeues (edit aggregates into admin, view into edit)."""
+    for _ in range(5):
+        changed = False
+        for role in kube.rbac.list_cluster_role().items:
+            if not role.aggregation_rule:
+                continue
+            rules: list = []
+            for selector in role.aggregation_rule.cluster_role_selectors:
+                labels = ",".join(f"{k}={v}" for k, v in (selector.match_labels or {}).items())
+                for source in kube.rbac.list_cluster_role(label_selector=labels).items:
+                    if source.metadata.name != role.metadata.name:
+                        rules += [r for r in source.rules or [] if r not in rules]
+            if rules != (role.rules or []):
+                kube.rbac.patch_cluster_role(role.metadata.name, {"rules": [kube.api.sanitize_for_serialization(r)
+                                                                           for r in rules]})
+                changed = True
+        if not changed:
+            return
+    raise AssertionError("the aggregated roles did not settle")
 
 
 def allowed(kube: Kube, user: str, namespace: str, verb: str, subresource: str = "") -> bool:

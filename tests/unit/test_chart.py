@@ -231,6 +231,7 @@ def test_the_default_values_pass_the_schema() -> None:
     ("priorityClassName", 5, "/priorityClassName: 5 is not of type 'string'"),
     ("topologySpreadConstraints", {"maxSkew": 1}, "/topologySpreadConstraints: {'maxSkew': 1} is not of type 'array'"),
     ("podLabels", ["team=a"], "/podLabels: ['team=a'] is not of type 'object'"),
+    ("commonLabels.cost-center", 42, "/commonLabels/cost-center: 42 is not of type 'string'"),
     ("tenancy.allowedReach", {"tenant-slurm": "argocd"}, "/tenancy/allowedReach/tenant-slurm: 'argocd' is not of type 'array'"),
     ("image.pullPolicy", "always", "/image/pullPolicy: 'always' is not one of ['Always', 'IfNotPresent', 'Never']"),
     ("replica", 2, "/: Additional properties are not allowed ('replica' was unexpected)"),
