@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 # Local-only dev tools (devcluster, demo) are not in the wheel: run them from the source tree.
 DEVTOOLS := PYTHONPATH=operator $(BIN)/python -m sunk_sandbox_devtools
 
-.PHONY: setup binaries helm promtool slurm argocd-health image tools-image tools-go demo test unit integration e2e bench bench-scale crd chart-sync clean devcluster-up devcluster-down
+.PHONY: setup binaries helm promtool slurm slurm-chroots argocd-health image tools-image tools-go demo test unit integration e2e bench bench-scale crd chart-sync clean devcluster-up devcluster-down
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,12 @@ promtool: setup
 slurm: setup
 	$(DEVTOOLS) slurm install
 
+# Slurm 24.11 (trixie) and 26.05 (sid) for the same tests: debootstrap chroots (root; ~1 min each the
+# first time, cached under ~/.cache/sunk-sandbox-operator/slurm/). `make test` builds them in the
+# background, in the image lane (tools-image).
+slurm-chroots: setup
+	$(DEVTOOLS) slurm chroots
+
 # argocd-health, built the same way from hack/argocd: Argo CD's own health engine (util/lua,
 # gitops-engine) on the shipped manifests/argocd health check.
 argocd-health: setup
@@ -56,9 +62,10 @@ release: setup
 registry: setup
 	$(DEVTOOLS) registry build
 
-# helm, promtool, argocd-health and the image are built in the background while the tests that need
-# none of them run (sunk_sandbox_devtools/tools.py): the image beside the control plane's build, the
-# Go tools after it (they reuse its compiled k8s.io packages); slurm first, so two apt-get never overlap.
+# helm, promtool, argocd-health, the Slurm chroots and the image are built in the background while the
+# tests that need none of them run (sunk_sandbox_devtools/tools.py): the chroots then the image beside
+# the control plane's build, the Go tools after it (they reuse its compiled k8s.io packages); slurm
+# first, so two apt-get never overlap.
 tools-image: setup
 	$(DEVTOOLS) tools start image
 
@@ -71,7 +78,7 @@ test: slurm tools-image binaries tools-go
 unit: setup
 	$(BIN)/python -m pytest -ra tests/unit
 
-integration: binaries helm promtool slurm argocd-health
+integration: binaries helm promtool slurm slurm-chroots argocd-health
 	$(BIN)/python -m pytest -ra tests/integration
 
 e2e: binaries image

@@ -1,12 +1,13 @@
-"""The tools only some tests need (helm, promtool, argocd-health, the operator image), built in the
-background while the rest of the suite runs.
+"""The tools only some tests need (helm, promtool, argocd-health, the operator image, the Slurm 24.11
+and 26.05 chroots), built in the background while the rest of the suite runs.
 
 Cold, they are ~13 minutes of builds on 2 cores; run first, they pushed a cold CI run past its 30
 minute budget, while the test suite leaves about half the CPU idle (it mostly waits on the API
 server). `make test` starts two lanes, each one detached process at the lowest CPU priority:
 
-- `tools start image` before the control plane's Go build: the image is mostly downloads
-  (debootstrap, pip), so it fits beside that build;
+- `tools start image` before the control plane's Go build: the Slurm chroots, then the image, are
+  mostly downloads (debootstrap, pip), so they fit beside that build; the chroots first (about a
+  minute each, cold): the Slurm tests of those releases run right after the tests that need nothing;
 - `tools start go` after it: helm, promtool and argocd-health one after another, whose k8s.io
   packages (hack/*/go.mod pin hack/kube's versions) then come from that build's cache instead of
   being compiled again (measured: started beside it, both compiled them and it took 984 s, not 565).
@@ -38,6 +39,21 @@ def _image() -> object:
     return image.ensure_image()
 
 
+def _slurm() -> object:
+    from . import slurm_chroot
+
+    done, failed = [], []
+    for release in slurm_chroot.SUITES:  # one failing (a sid that cannot install today) keeps the other
+        try:
+            r = slurm_chroot.ensure_root(release)
+            done.append(f"{release} {'built' if r.built else 'cached'} in {r.seconds:.1f}s")
+        except Exception as exc:  # noqa: BLE001 - the test that needs it builds it again and shows the error
+            failed.append(f"{release}: {exc}")
+    if failed:
+        raise RuntimeError("; ".join(failed))
+    return ", ".join(done)
+
+
 # What the suite needs, in the order its late tests use them (tests/conftest.py sorts by this order).
 GO_TOOLS: tuple[tuple[str, Callable[[], object], Callable[[], Path]], ...] = (
     ("helm", devcluster.ensure_helm, devcluster.helm_path),
@@ -46,7 +62,8 @@ GO_TOOLS: tuple[tuple[str, Callable[[], object], Callable[[], Path]], ...] = (
 )
 # The OCI registry of the release test (tests/e2e/test_release.py, which runs last, with the image's).
 GO_TOOLS += (("registry", registry.ensure_registry, registry.registry_path),)
-ORDER = tuple(name for name, _, _ in GO_TOOLS) + ("image",)
+# The chroots come first (built first, in the image lane, and well before the Go tools).
+ORDER = ("slurm", *(name for name, _, _ in GO_TOOLS), "image")
 
 
 def missing() -> list[str]:
@@ -54,7 +71,7 @@ def missing() -> list[str]:
 
 
 def steps(lane: str) -> list[tuple[str, Callable[[], object]]]:
-    return [("image", _image)] if lane == "image" else [(n, e) for n, e, _ in GO_TOOLS]
+    return [("slurm", _slurm), ("image", _image)] if lane == "image" else [(n, e) for n, e, _ in GO_TOOLS]
 
 
 def build(lane: str) -> int:
@@ -71,7 +88,7 @@ def build(lane: str) -> int:
 
 def start(lane: str, popen: Callable[..., object] = subprocess.Popen) -> bool:
     """Start the lane's detached background build (the go lane: when a Go tool is missing); True when started."""
-    todo = ["image"] if lane == "image" else missing()
+    todo = ["slurm", "image"] if lane == "image" else missing()
     if not todo:
         return False
     LOGS.mkdir(parents=True, exist_ok=True)
@@ -89,7 +106,8 @@ def main(argv: list[str]) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m sunk_sandbox_devtools tools",
-                                     description="Build helm, promtool, argocd-health and the image (cached).")
+                                     description="Build helm, promtool, argocd-health, the Slurm chroots and the "
+                                     "image (cached).")
     parser.add_argument("action", choices=["start", "build"])
     parser.add_argument("lane", choices=["image", "go"])
     args = parser.parse_args(argv)

@@ -56,7 +56,8 @@ def _parser(prog: str = PROG) -> argparse.ArgumentParser:
     pre.add_argument("--slurm-user", default=None, help="the Slurm user the token is for (X-SLURM-USER-NAME)")
     pre.add_argument("--slurm-token-secret", default=None, metavar="NS/NAME[:KEY]", help="the Secret holding the "
                      "Slurm JWT (`scontrol token username=USER`; key default: token)")
-    pre.add_argument("--slurm-api-version", default=None, help="slurmrestd's OpenAPI version (default v0.0.38)")
+    pre.add_argument("--slurm-api-version", default=None, help="slurmrestd's OpenAPI version (default: negotiated, the "
+                     "newest it serves of v0.0.38, v0.0.40-v0.0.45)")
     both = p.add_argument_group("either mode")
     both.add_argument("--nodeset", action="append", default=[], metavar="NAME",
                       help="a NodeSet shared with sandboxes (repeatable; default: every NodeSet found)")

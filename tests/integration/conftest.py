@@ -141,17 +141,43 @@ def binding_ns(installed, ns) -> str:
     return ns
 
 
+# Each Slurm test runs against every release: 22.05 from the host's packages, 24.11 and 26.05 from the
+# chroots `make test` builds in the background (so those run late: the needs_tool marker).
+SLURM_RELEASES = [pytest.param("22.05", id="slurm-22.05"),
+                  pytest.param("24.11", id="slurm-24.11", marks=pytest.mark.needs_tool("slurm")),
+                  pytest.param("26.05", id="slurm-26.05", marks=pytest.mark.needs_tool("slurm"))]
+
+
 @pytest.fixture(scope="session")
-def slurm() -> Iterator:
-    """A real Slurm for the session (sunk_sandbox_devtools/slurm.py): slurmctld + slurmd + slurmrestd
-    (JWT, v0.0.38) on free loopback ports, started on first use (about a second; `make slurm`
-    installed the Debian packages) and stopped at the end. Tests play the SUNK scheduler's part by
-    submitting placeholder jobs through slurmrestd (`slurm.submit`)."""
+def slurm_pool() -> Iterator:
+    """Real Slurms for the session (sunk_sandbox_devtools/slurm.py): slurmctld + slurmd + slurmrestd
+    (JWT) on free loopback ports, one per release, started on first use and stopped at the end. Tests
+    play the SUNK scheduler's part by submitting placeholder jobs through slurmrestd (`slurm.submit`)."""
     from sunk_sandbox_devtools import slurm as harness
 
-    cluster = harness.temp_cluster()
-    print(f"\nSlurm (slurmctld + slurmd + slurmrestd) started in {cluster.started_in:.2f}s at {cluster.url}")
+    running: dict[str, object] = {}
+
+    def get(release: str):
+        if release not in running:
+            cluster = harness.temp_cluster(release)
+            print(f"\nSlurm {release} (slurmctld + slurmd + slurmrestd) started in {cluster.started_in:.2f}s at "
+                  f"{cluster.url}")
+            running[release] = cluster
+        return running[release]
     try:
-        yield cluster
+        yield get
     finally:
-        print(f"\nSlurm stopped in {cluster.stop():.2f}s")
+        for release, cluster in running.items():
+            print(f"\nSlurm {release} stopped in {cluster.stop():.2f}s")  # type: ignore[attr-defined]
+
+
+@pytest.fixture(params=SLURM_RELEASES)
+def slurm(request, slurm_pool):
+    """A real Slurm of each release in turn (the test runs once per release)."""
+    return slurm_pool(request.param)
+
+
+@pytest.fixture
+def slurm_host(slurm_pool):
+    """The host's Slurm 22.05 only: for tests whose subject is not Slurm's version."""
+    return slurm_pool("22.05")

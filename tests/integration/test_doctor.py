@@ -1,8 +1,10 @@
 """`doctor` as a user runs it: a subprocess with the admin's kubeconfig against the real control
 plane, the runner API emulator behind the runner token and the real Slurm (slurmrestd, JWT) behind
 the Slurm one. A healthy set-up passes every line (exit 0, `-o json` parses); broken ones fail each
-check at least once, the ✗ line naming the fix. There is no kubelet: Nodes, slurmd pods (owned by a
-NodeSet) and sandbox pods are objects made by hand."""
+check at least once, the ✗ line naming the fix. The Slurm checks (healthy, a partition missing or
+DOWN, slurmrestd unreachable, a token about to expire) run against Slurm 22.05, 24.11 and 26.05 with
+the API version negotiated; the others against 22.05. There is no kubelet: Nodes, slurmd pods
+(owned by a NodeSet) and sandbox pods are objects made by hand."""
 
 from __future__ import annotations
 
@@ -78,15 +80,15 @@ def sandbox_pod(kube, ns: str, node_name: str, grace: int = 30) -> None:
                      "requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}}}]}})
 
 
-def slurm_secret(kube, ns: str, slurm) -> None:
-    token = slurm.token()
+def slurm_secret(kube, ns: str, slurm, lifespan: int = 86400) -> None:
+    token = slurm.token(lifespan=lifespan)
     SECRET_VALUES.append(token)
     kube.core.create_namespaced_secret(ns, {"metadata": {"name": "slurm-jwt"}, "stringData": {"token": token}})
 
 
 def setup(kube, emulator, slurm, ns: str, *, kill_wait: str = "60s", slurm_kill_wait: int = 60, covered: bool = True,
           permitted: bool = True, slurmd_cpu: str = "8", grace: int = 30, token: str = ADMIN_TOKEN,
-          policy: dict | None = None, ready: bool = True) -> tuple[str, str]:
+          policy: dict | None = None, ready: bool = True, lifespan: int = 86400) -> tuple[str, str]:
     """A Slurm namespace with its scheduler, slurm.conf, a NodeSet's Node and slurmd pod, one sandbox
     namespace with a sandbox pod, a runner and its token. (runner id, sandbox namespace)"""
     sandbox_ns = uniq("ds")
@@ -98,15 +100,17 @@ def setup(kube, emulator, slurm, ns: str, *, kill_wait: str = "60s", slurm_kill_
     slurmd(kube, ns, n, slurmd_cpu, "32Gi")
     sandbox_pod(kube, sandbox_ns, n, grace)
     create_token_secret(kube, ns, token)
-    slurm_secret(kube, ns, slurm)
+    slurm_secret(kube, ns, slurm, lifespan)
     return new_runner(emulator, policy if policy is not None else {"base": {"spec": {}}}), sandbox_ns
 
 
-def prerequisites(ns: str, runner: str, emulator, slurm, sandbox_ns: str, partition: str = PARTITION) -> list[str]:
+def prerequisites(ns: str, runner: str, emulator, slurm, sandbox_ns: str, partition: str = PARTITION,
+                  slurm_url: str | None = None) -> list[str]:
     """The flags of a set-up (its sandbox namespace named: other tests' sandbox pods are not its own)."""
     return ["--scheduler-namespace", ns, "--runner-id", runner, "--api-url", emulator.url,
             "--token-secret", f"{ns}/coreweave-api", "--sandbox-namespaces", sandbox_ns, "--partition", partition,
-            "--slurm-url", slurm.url, "--slurm-user", slurm.api_user, "--slurm-token-secret", f"{ns}/slurm-jwt", *ALLOW]
+            "--slurm-url", slurm_url or slurm.url, "--slurm-user", slurm.api_user, "--slurm-token-secret",
+            f"{ns}/slurm-jwt", *ALLOW]
 
 
 def binding(ns: str, runner: str, api_url: str, slurm, sandbox_ns: str, partition: str = PARTITION) -> dict:
@@ -126,9 +130,12 @@ def test_healthy_prerequisites_pass_every_line(installed, emulator, slurm, ns) -
     assert all(line.startswith("✓") for line in checks), out.stdout
     assert any(line.startswith("✓ room beside slurmd") and "500m CPU, 512Mi memory" in line for line in checks)
     assert calls(emulator, runner, "GetManagedRunner")
+    partition = next(line for line in checks if line.startswith("✓ partition exists in Slurm"))
+    assert f"Slurm {slurm.release}" in partition and f"REST {slurm.api_version} (negotiated)" in partition
 
 
-def test_healthy_binding_through_kubectl_ssb_and_json(installed, emulator, slurm, ns) -> None:
+def test_healthy_binding_through_kubectl_ssb_and_json(installed, emulator, slurm_host, ns) -> None:
+    slurm = slurm_host
     runner, sandbox_ns = setup(installed, emulator, slurm, ns)
     installed.create_binding(ns, "b", binding(ns, runner, emulator.url, slurm, sandbox_ns))
     out = run(installed, f"{ns}/b", *ALLOW, plugin=True)
@@ -157,7 +164,11 @@ BROKEN: dict[str, tuple[dict[str, Any], dict[str, str]]] = {
     # A binding the operator refuses: the first line fails, and nothing else is read for it (the rest '-').
     "binding-url": ({"binding_url": "https://api.example.com"}, {"binding": "--allowed-api-url"}),
     "partition": ({"partition": "nosuch"}, {"partition": "sinfo -h -o %P"}),
+    "partition-down": ({"partition_state": "DOWN"}, {"partition": "State=UP"}),
+    "slurmrestd-unreachable": ({"slurm_url": "dead"}, {"partition": "that slurmrestd runs"}),
+    "slurm-token": ({"lifespan": 1800}, {"slurm-token": "scontrol token username=k8sop"}),
 }
+SLURM_CASES = ["partition", "partition-down", "slurmrestd-unreachable", "slurm-token"]
 
 
 def test_the_broken_set_ups_fail_every_check() -> None:
@@ -181,19 +192,35 @@ def _bare_scheduler(kube, emulator, slurm, ns: str) -> tuple[list[str], str]:
 
 
 def _broken(kube, emulator, slurm, ns: str, how: dict[str, Any]) -> tuple[list[str], str]:
+    from sunk_sandbox_devtools.devcluster import free_port
+
     if how.get("bare"):
         return _bare_scheduler(kube, emulator, slurm, ns)
     knobs = {k: v for k, v in how.items() if k in ("kill_wait", "covered", "permitted", "slurmd_cpu", "token", "policy",
-                                                   "ready")}
+                                                   "ready", "lifespan")}
     runner, sandbox_ns = setup(kube, emulator, slurm, ns, **knobs)
     if "binding_url" in how:
         kube.create_binding(ns, "b", binding(ns, runner, how["binding_url"], slurm, sandbox_ns))
         return [f"{ns}/b", *ALLOW], runner
-    return prerequisites(ns, runner, emulator, slurm, sandbox_ns, how.get("partition", PARTITION)), runner
+    partition = how.get("partition", PARTITION)
+    if "partition_state" in how:
+        partition = uniq("down")
+        slurm.create_partition(partition, how["partition_state"])
+    url = f"http://127.0.0.1:{free_port()}" if how.get("slurm_url") == "dead" else None   # nothing listens there
+    return prerequisites(ns, runner, emulator, slurm, sandbox_ns, partition, url), runner
 
 
-@pytest.mark.parametrize("case", list(BROKEN))
-def test_a_broken_set_up_fails_its_checks_and_names_the_fix(installed, emulator, slurm, ns, case) -> None:
+@pytest.mark.parametrize("case", [c for c in BROKEN if c not in SLURM_CASES])
+def test_a_broken_set_up_fails_its_checks_and_names_the_fix(installed, emulator, slurm_host, ns, case) -> None:
+    _fails_its_checks(installed, emulator, slurm_host, ns, case)
+
+
+@pytest.mark.parametrize("case", SLURM_CASES)
+def test_a_broken_slurm_side_fails_its_checks_on_each_release(installed, emulator, slurm, ns, case) -> None:
+    _fails_its_checks(installed, emulator, slurm, ns, case)
+
+
+def _fails_its_checks(installed, emulator, slurm, ns: str, case: str) -> None:
     how, fails = BROKEN[case]
     args, runner = _broken(installed, emulator, slurm, ns, how)
     out = run(installed, *args)

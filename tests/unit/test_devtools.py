@@ -245,3 +245,14 @@ def test_every_test_that_needs_a_background_tool_is_marked_so_it_runs_last():
             if not marked:
                 unmarked.append(f"{path.relative_to(root)}: ensure_{m.group(1)}")
     assert not unmarked, unmarked
+
+
+def test_the_slurm_chroots_are_built_first_in_the_image_lane_and_their_tests_run_first_of_the_late():
+    """The chroots are downloads like the image: they go in its lane, before it, so the tests of
+    Slurm 24.11 and 26.05 (marked needs_tool("slurm") by their fixture) can run early among the late."""
+    from sunk_sandbox_devtools import tools
+
+    assert [name for name, _ in tools.steps("image")] == ["slurm", "image"]
+    assert tools.ORDER[0] == "slurm" and tools.ORDER[-1] == "image"
+    conftest = (Path(__file__).resolve().parents[1] / "integration" / "conftest.py").read_text()
+    assert conftest.count('marks=pytest.mark.needs_tool("slurm")') == 2

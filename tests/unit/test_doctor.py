@@ -34,7 +34,11 @@ def discovery(**over: Any) -> Discovery:
 
 
 def slurm(**over: Any) -> SlurmObservation:
-    return SlurmObservation("http://127.0.0.1:6820", "k8sop", "sandboxes", **over)
+    return SlurmObservation("http://127.0.0.1:6820", "k8sop", "sandboxes", **{
+        "api_version": "v0.0.44", "release": "25.11.8", "token_where": "Secret tenant-slurm/slurm-jwt key token", **over})
+
+
+NOW = 1_796_000_000
 
 
 def healthy(**over: Any) -> Observation:
@@ -50,7 +54,8 @@ def healthy(**over: Any) -> Observation:
         slurmd_pods=1, sandbox_request=Resources(Decimal("0.5"), 512 * MI), sandbox_request_how="the largest seen",
         runner=Runner("runner-1", "https://api.coreweave.com", "Secret tenant-slurm/coreweave-api key token", "ok",
                       policy={"base": {"spec": {"schedulerName": "slurm-scheduler"}}}, etag="e1"),
-        partition="sandboxes", slurm=slurm(answer={"name": "sandboxes", "state": "UP"}))
+        partition="sandboxes", slurm=slurm(answer={"name": "sandboxes", "partition": {"state": ["UP"]}}),
+        slurm_token_exp=NOW + 86400, now=NOW)
     base.update(over)
     return Observation(**base)
 
@@ -62,8 +67,13 @@ def by_id(obs: Observation) -> dict[str, doctor.Result]:
 def test_a_healthy_observation_passes_every_check() -> None:
     results = doctor.evaluate(healthy())
     assert [r.id for r in results] == ["scheduler-running", "scheduler-name", "kill-wait", "kill-wait-matches", "grace",
-                                       "scope", "scheduler-rbac", "slurmd-room", "runner-token", "policy", "partition"]
+                                       "scope", "scheduler-rbac", "slurmd-room", "runner-token", "policy", "slurm-token",
+                                       "partition"]
     assert all(r.ok is True for r in results), [r for r in results if r.ok is not True]
+    got = {r.id: r.detail for r in results}
+    assert "Slurm 25.11.8, REST v0.0.44 (negotiated)" in got["partition"]   # which version, and why
+    assert got["slurm-token"] == ("the JWT in Secret tenant-slurm/slurm-jwt key token (user k8sop) expires at "
+                                  "2026-12-01T00:53:20Z")
     assert not doctor.failed(results)
 
 
@@ -93,6 +103,10 @@ BROKEN: list[tuple[str, Callable[[Observation], Observation], str, str]] = [
      "refuses t/b", "--allowed-api-url"),
     ("scheduler-running", _sched(pods_found=0, ready_replicas=0), "no pods", "scheduler.enabled: true"),
     ("scheduler-running", _sched(ready_replicas=0), "none Ready", "kubectl logs"),
+    # SUNK's upgrade-order hazard: the scheduler crash-loops right after a Slurm chart upgrade
+    ("scheduler-running", _sched(ready_replicas=0, crash_looping=("slurm-scheduler-0",)),
+     "slurm-scheduler-0 in CrashLoopBackOff", "upgrade the `sunk` chart (operator and CRDs) to the matching release "
+     "first, then the Slurm chart again (a SUNK 8.2 scheduler has no --slurm-kill-wait flag"),
     ("scheduler-running", _with(scheduler_error="these credentials may not list pods"), "may not list",
      "credentials"),
     ("scheduler-name", _sched(name=None, name_source=None, discovered_name=None), "names it", "scheduler.name"),
@@ -149,6 +163,14 @@ BROKEN: list[tuple[str, Callable[[Observation], Observation], str, str]] = [
      "the token expired", "scontrol token"),
     ("partition", _with(slurm=None, slurm_refused="http://x:6820 is not a slurmrestd URL the operator allows"),
      "the Slurm token was not sent", "--allowed-api-url"),
+    ("partition", _with(slurm=slurm(error="version", api_version="v0.0.38", negotiated=False, detail=(
+        "spec.slurm.restAPI.apiVersion v0.0.38 is not served by slurmrestd (HTTP 404); of the versions this operator "
+        "knows it serves v0.0.41–v0.0.44"))), "REST v0.0.38 (spec.slurm.restAPI.apiVersion)", "remove `apiVersion`"),
+    ("slurm-token", _with(slurm_token_exp=NOW + 1800), "expires at 2026-11-30T01:23:20Z, within the hour",
+     "scontrol token username=k8sop"),
+    ("slurm-token", _with(slurm=slurm(error="credentials", detail="the value of Secret tenant-slurm/slurm-jwt key "
+                                      "token cannot be sent: it holds a line break at offset 180")),
+     "Secret tenant-slurm/slurm-jwt key token cannot be sent", "the JWT alone"),
 ]
 
 
@@ -182,6 +204,7 @@ def test_what_does_not_apply_is_neither_passed_nor_failed() -> None:
     assert results["runner-token"].ok is None and "--runner-id" in results["runner-token"].detail
     assert results["policy"].ok is None
     assert results["partition"].ok is None and "no partition pinned" in results["partition"].detail
+    assert results["slurm-token"].ok is None
     unconfigured = by_id(healthy(slurm=None))["partition"]
     assert unconfigured.ok is None and "--slurm-url" in unconfigured.detail
     assert by_id(healthy(binding="t/b", slurm=None))["partition"].detail.count("spec.slurm.restAPI") == 1

@@ -13,9 +13,10 @@ from sunk_sandbox_operator.adapters import doctor as gather
 from sunk_sandbox_operator.adapters import kube as k
 from sunk_sandbox_operator.api.spec import parse_spec
 from sunk_sandbox_operator.core import doctor
+from sunk_sandbox_operator.core.slurm_versions import KNOWN
 from sunk_sandbox_operator.core.tenancy import TenancyPolicy
 
-from tests.unit.fake_slurm import FakeSlurm
+from tests.unit.fake_slurm import NEWEST, RELEASES, FakeSlurm
 from tests.unit.fakes import FakeClock, FakeKube, FakeRunner
 from tests.unit.test_slurm_controller import jwt
 
@@ -97,7 +98,8 @@ async def test_a_healthy_cluster_reads_as_every_check_passing_and_nothing_is_wri
     kube, runners = cluster(), Runners()
     obs = await gather.gather(kube, prerequisites(), TenancyPolicy(), make_runner=runners)
     results = {r.id: r for r in doctor.evaluate(obs)}
-    assert {i: r.ok for i, r in results.items()} == {i: (None if i == "partition" else True) for i in results}, \
+    assert {i: r.ok for i, r in results.items()} == {i: (None if i in ("partition", "slurm-token") else True)
+                                                     for i in results}, \
         [r for r in results.values() if r.ok is False]
     assert obs.sandbox_namespaces == frozenset({"ds-alice"})  # the namespace holding a sandbox pod
     assert "500m CPU, 512Mi memory" in results["slurmd-room"].detail
@@ -210,13 +212,18 @@ def with_slurm(partition: str | None = "sandboxes", token: str | None = None, ur
     return kube, gather.Target(target.spec, NS, None, target.token, slurm_token=(NS, "slurm-jwt", "token"))
 
 
-async def test_slurm_is_asked_for_the_partition_with_its_own_token_where_allowed() -> None:
-    fake = FakeSlurm(FakeClock(), tokens={jwt(): "k8sop"})
+@pytest.mark.parametrize("release", list(RELEASES))
+async def test_slurm_is_asked_for_the_partition_with_its_own_token_where_allowed(release) -> None:
+    fake = FakeSlurm(FakeClock(), release, tokens={jwt(): "k8sop"})
     allowed = TenancyPolicy(allowed_slurm_urls=(SLURM,))
     kube, target = with_slurm()
     obs = await gather.gather(kube, target, allowed, make_runner=Runners(), make_slurm=fake.client_factory())
-    assert {r.id: r for r in doctor.evaluate(obs)}["partition"].ok is True
-    assert fake.log == [("/slurm/v0.0.38/partition/sandboxes", "", 200)]
+    results = {r.id: r for r in doctor.evaluate(obs)}
+    assert results["partition"].ok is True and results["slurm-token"].ok is True
+    assert f"REST {NEWEST[release]} (negotiated)" in results["partition"].detail
+    probes = {"22.05": 7, "24.11": 4, "26.05": 1}[release]   # GET ping from v0.0.45 down to the first served
+    assert [p for p, _, _ in fake.log][:probes] == [f"/slurm/{v}/ping" for v in KNOWN[:probes]]
+    assert fake.log[probes:] == [(f"/slurm/{NEWEST[release]}/partition/sandboxes", "", 200)]
     kube, target = with_slurm("nosuch")
     obs = await gather.gather(kube, target, allowed, make_runner=Runners(), make_slurm=fake.client_factory())
     r = {r.id: r for r in doctor.evaluate(obs)}["partition"]
@@ -236,3 +243,11 @@ async def test_the_slurm_token_goes_nowhere_unless_allowed_and_sound() -> None:
                               make_slurm=fake.client_factory())
     assert obs.slurm is not None and obs.slurm.error == "token" and "expired" in obs.slurm.detail
     assert fake.log == []
+    kube, target = with_slurm(token=f"SLURM_JWT={jwt()}\nDB_PASSWORD=hunter2")  # an env file: no header carries it
+    obs = await gather.gather(kube, target, TenancyPolicy(allowed_slurm_urls=(SLURM,)), make_runner=Runners(),
+                              make_slurm=fake.client_factory())
+    results = {r.id: r for r in doctor.evaluate(obs)}
+    assert obs.slurm is not None and obs.slurm.error == "credentials" and fake.log == []
+    assert results["partition"].ok is False and results["slurm-token"].ok is False
+    assert "Secret tenant-slurm/slurm-jwt key token cannot be sent" in results["slurm-token"].detail
+    assert "hunter2" not in repr(results) and "Illegal header" not in repr(results)

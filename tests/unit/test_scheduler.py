@@ -262,11 +262,22 @@ def test_discover_sunk8_configmap_and_slurm_conf() -> None:
     assert d.errors == []
 
 
-def test_discover_sunk7_args_beats_slurm_conf_and_notes_mismatch() -> None:
+def test_discover_a_lower_sunk7_flag_beats_slurm_conf_and_notes_mismatch() -> None:
     d = discover(spec(), "tenant-slurm", [fx("sunk7_pod")], [fx("slurm_conf_configmap")])
     assert (d.name, d.name_source) == ("tenant-slurm-slurm-scheduler", "args")
-    assert (d.kill_wait_seconds, d.kill_wait_source) == (30, "args")
+    assert (d.kill_wait_seconds, d.kill_wait_source) == (30, "args")   # the scheduler waits 30 s only
     assert any("30 s" in m and "60 s" in m and "equal" in m for m in d.messages)
+
+
+def test_discover_slurm_conf_first_whatever_a_higher_flag_says() -> None:
+    """SUNK 8.2 has no --slurm-kill-wait (it reads Slurm's KillWait): slurm.conf is the first source;
+    a higher flag left from an older release never raises it (Slurm kills after its own KillWait)."""
+    pod = fx("sunk7_pod")
+    pod["spec"]["containers"][0]["args"] = [a.replace("30s", "90s") for a in pod["spec"]["containers"][0]["args"]]
+    d = discover(spec(), "tenant-slurm", [pod], [fx("slurm_conf_configmap")])
+    assert d.scheduler_kill_wait == (90, "args")
+    assert (d.kill_wait_seconds, d.kill_wait_source) == (60, "slurmConf")
+    assert any("90 s" in m and "60 s" in m and "equal" in m for m in d.messages)
 
 
 def test_discover_keeps_both_sides_of_the_kill_wait_comparison() -> None:
@@ -297,7 +308,7 @@ def test_discover_spec_name_equal_to_discovered_is_silent() -> None:
     assert d.name_source == "spec" and d.messages == []
 
 
-def test_discover_configmap_kill_wait_beats_slurm_conf() -> None:
+def test_discover_a_lower_configmap_kill_wait_beats_slurm_conf() -> None:
     d = discover(spec(), "tenant-slurm", [fx("sunk8_pod")], [fx("sunk8_configmap_killwait"), fx("slurm_conf_configmap")])
     assert (d.kill_wait_seconds, d.kill_wait_source) == (45, "configMap")
     assert d.scope_type == "cluster"
@@ -480,6 +491,25 @@ def test_to_status() -> None:
     assert to_status(d) == SchedulerStatus(
         name="slurm-scheduler", name_source="configMap", kill_wait_seconds=60, kill_wait_source="slurmConf", ready_replicas=1
     )
+
+
+def test_a_scheduler_crash_looping_names_the_upgrade_order_hazard() -> None:
+    """A scheduler pod in CrashLoopBackOff right after a Slurm chart upgrade: SUNK's "upgrade the sunk
+    chart first" hazard, named with its fix."""
+    crashing = fx("sunk8_pod")
+    crashing["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "False"}],
+                          "containerStatuses": [{"name": "scheduler", "ready": False, "restartCount": 6, "state": {
+                              "waiting": {"reason": "CrashLoopBackOff", "message": "back-off 5m0s restarting"}}}]}
+    d = discover(spec(), "tenant-slurm", [crashing], [fx("sunk8_configmap")])
+    assert d.crash_looping == ("slurm-scheduler-5c6d7f8b9-k2j4l",) and d.ready_replicas == 0
+    status, reason, message = scheduler_condition(d)
+    assert (status, reason) == ("False", "SchedulerNotRunning")
+    assert "slurm-scheduler-5c6d7f8b9-k2j4l in CrashLoopBackOff" in message
+    assert "upgrade the `sunk` chart (operator and CRDs) to the matching release first" in message
+    waiting = copy.deepcopy(crashing)
+    waiting["status"]["containerStatuses"][0]["state"] = {"waiting": {"reason": "ContainerCreating"}}
+    d = discover(spec(), "tenant-slurm", [waiting], [fx("sunk8_configmap")])
+    assert d.crash_looping == () and "CrashLoopBackOff" not in scheduler_condition(d)[2]
 
 
 def test_discover_args_kill_wait_beats_configmap() -> None:

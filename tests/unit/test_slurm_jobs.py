@@ -22,10 +22,12 @@ T0 = parse_time("2026-01-01T00:00:00Z")
 
 
 def pod(ns: str, name: str, *, created: int = 0, scheduler: str = SCHED, phase: str = "Pending",
-        sandbox_id: str | None = None):
+        sandbox_id: str | None = None, job: str | None = None):
+    labels = {keys.SANDBOX_ID_LABEL: sandbox_id} if sandbox_id else {}
+    if job:
+        labels["batch.kubernetes.io/job-name"] = job
     meta = {"namespace": ns, "name": name, "uid": f"uid-{ns}-{name}",
-            "creationTimestamp": f"2026-01-01T00:{created // 60:02d}:{created % 60:02d}Z",
-            "labels": {keys.SANDBOX_ID_LABEL: sandbox_id} if sandbox_id else {}}
+            "creationTimestamp": f"2026-01-01T00:{created // 60:02d}:{created % 60:02d}Z", "labels": labels}
     return decode_pod({"metadata": meta, "spec": {"schedulerName": scheduler, "containers": [
         {"name": "c", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]}, "status": {"phase": phase}},
         parse_quantity)
@@ -45,6 +47,34 @@ def test_job_names_from_templates() -> None:
         "ds-a/sbx-1", "sandbox-abc123", "uid-ds-a-sbx-1")
     assert job_names(("{sandboxId}", "{name}"), pod("ds-a", "sbx-1")) == ("", "sbx-1")  # no label: skipped
     assert job_names(("{name}{name}",), p) == ("sbx-1sbx-1",)
+
+
+def test_one_job_may_stand_for_several_pods_sunk_8_2_gang_scheduling() -> None:
+    """SUNK 8.2 places a Job's pods as one gang: one placeholder job for all of them. Matching never
+    assumes one pod per job: each pod counts, a change of that one job re-judges every pod of it."""
+    assert job_names(("{namespace}/{jobName}", "{namespace}/{name}"), pod("ds-a", "w-0", job="train")) == (
+        "ds-a/train", "ds-a/w-0")
+    assert job_names(("{jobName}",), pod("ds-a", "solo")) == ("",)   # no Job: skipped
+    t = JobTracker(("{namespace}/{jobName}", "{namespace}/{name}"), SCHED)
+    gang = [pod("ds-a", f"w-{i}", job="train") for i in range(4)]
+    for p in [*gang, pod("ds-a", "solo")]:
+        t.apply("ADDED", p)
+    t.set_view(view(fact(7, "ds-a/train"), fact(8, "ds-a/solo")))
+    got = t.summary(T0 + 3600)
+    assert (got.matched, got.pending, got.missing) == (5, 0, 0)
+    assert got.templates == {"{namespace}/{jobName}": 4, "{namespace}/{name}": 1}
+    old = t.view
+    stuck = fact(7, "ds-a/train", "PENDING", "Resources", stuck=True, since=T0 + 60)
+    assert t.set_view(view(stuck, fact(8, "ds-a/solo")), {"ds-a/train"})
+    assert old is not t.view
+    got = t.summary(T0 + 3600)
+    assert (got.matched, got.pending, got.missing) == (5, 4, 0) and got.stuck[1].job_id == 7
+    t.apply("DELETED", gang[0])
+    assert t.summary(T0 + 3600).pending == 3
+    t.set_view(view(fact(8, "ds-a/solo")), {"ds-a/train"})   # the gang's job gone: each of its pods misses it
+    got = t.summary(T0 + 3600)
+    assert (got.matched, got.pending, got.missing) == (1, 0, 3)
+    assert got.missing_example[1] == ("ds-a/train", f"ds-a/{got.missing_example[0].split('/')[1]}")
 
 
 def test_matched_pending_and_missing() -> None:

@@ -123,9 +123,9 @@ SHAPES: dict[str, list[Shape]] = {
     ],
     "slurm.token_problem": [
         ("a long claim", lambda t: slurm.token_problem(t, "u", 0.0),
-         lambda n: "a." + _b64(json.dumps({"sun": "x" * n})) + ".b", 30_000, {"slurm.MAX_TOKEN_CHARS": LIFTED}),
+         lambda n: "a." + _b64(json.dumps({"sun": "x" * n})) + ".b", 30_000, {"slurm.TOKEN_MAX": LIFTED}),
         ("nested claims", lambda t: slurm.token_problem(t, "u", 0.0), lambda n: "a." + _b64("[" * n) + ".b",
-         20_000, {"slurm.MAX_TOKEN_CHARS": LIFTED}),
+         20_000, {"slurm.TOKEN_MAX": LIFTED}),
     ],
     "pods.parse_time": [
         ("digits", pods.parse_time, lambda n: "2" * n, 60_000, {"pods.MAX_TIME_CHARS": LIFTED}),

@@ -54,7 +54,7 @@ class Target:
 
 
 RunnerFactory = Callable[[str, Callable[[], Awaitable[str]]], Any]
-SlurmFactory = Callable[[str, str], Any]
+SlurmFactory = Callable[[str, "str | None"], Any]
 
 
 def runner_client(url: str, token: Callable[[], Awaitable[str]]) -> rc.RunnerClient:
@@ -62,7 +62,7 @@ def runner_client(url: str, token: Callable[[], Awaitable[str]]) -> rc.RunnerCli
     return rc.RunnerClient(url, token, timeout=10.0, max_retries=1, backoff_max=1.0)
 
 
-def slurm_client(url: str, api_version: str) -> sr.SlurmClient:
+def slurm_client(url: str, api_version: str | None) -> sr.SlurmClient:
     return sr.SlurmClient(url, api_version, timeout=10.0)
 
 
@@ -238,26 +238,36 @@ async def _secret(kube: k.KubeAPI, ref: tuple[str, str, str]) -> tuple[str, str]
 
 
 async def _slurm(kube: k.KubeAPI, t: Target, policy: tenancy.TenancyPolicy, make: SlurmFactory,
-                 now: Callable[[], float]) -> tuple[slurm.SlurmObservation | None, str | None]:
+                 now: Callable[[], float]) -> tuple[slurm.SlurmObservation | None, str | None, int | None]:
     """The binding's own request to slurmrestd, as the operator makes it (controller/slurm.py): its
-    partition, or a ping; (None, why) when the URL is not one the operator allows."""
+    partition, or a ping, at the spec's API version or a negotiated one; (None, why) when the URL is
+    not one the operator allows. Third: the token's `exp`, whatever it says (the slurm-token check)."""
     rest = t.spec.slurm.rest_api
     if rest is None or t.slurm_token is None:
-        return None, None
+        return None, None, None
     url, partition = rest.url.rstrip("/"), t.spec.partition
     if not tenancy.url_allowed(rest.url, policy, policy.allowed_slurm_urls):
         return None, (f"{rest.url} is not a slurmrestd URL the operator allows (allowed: "
-                      f"{', '.join(policy.allowed_slurm_urls) or 'none'}; --allowed-slurm-url / SSB_ALLOWED_SLURM_URLS)")
+                      f"{', '.join(policy.allowed_slurm_urls) or 'none'}; --allowed-slurm-url / SSB_ALLOWED_SLURM_URLS)"), None
+    ns, name, key = t.slurm_token
+    where = f"Secret {ns}/{name} key {key}"
 
-    def fail(kind: str, detail: str) -> slurm.SlurmObservation:
-        return slurm.SlurmObservation(url, rest.user, partition, error=kind, detail=detail)
+    def seen(client: Any = None, **kw: Any) -> slurm.SlurmObservation:
+        versioned = {} if client is None else {"api_version": client.api_version, "negotiated": client.negotiated,
+                                               "release": client.release}
+        return slurm.SlurmObservation(url, rest.user, partition, token_where=where, **versioned, **kw)
 
     value, missing = await _secret(kube, t.slurm_token)
     if missing:
-        return fail("credentials", missing), None
+        return seen(error="credentials", detail=missing), None, None
+    unsendable = slurm.header_problem(value)
+    if unsendable is not None:
+        return seen(error="credentials", detail=f"the value of {where} cannot be sent: {unsendable}"), None, None
     problem = slurm.token_problem(value, rest.user, now())
     if problem is not None:
-        return fail("token", problem), None
+        return seen(error="token", detail=f"{problem} ({where})"), None, None
+    exp = slurm.token_expiry(value)
+    soon = exp if slurm.expiring(exp, now()) else None
 
     async def token() -> str:
         return value
@@ -266,10 +276,10 @@ async def _slurm(kube: k.KubeAPI, t: Target, policy: tenancy.TenancyPolicy, make
         answer = await (client.partition(partition, rest.user, token) if partition is not None
                         else client.ping(rest.user, token))
     except sr.SlurmError as exc:
-        return fail(sr.kind(exc), describe(exc)), None
+        return seen(client, error=sr.kind(exc), detail=describe(exc), token_expires=soon), None, exp
     finally:
         await client.aclose()
-    return slurm.SlurmObservation(url, rest.user, partition, answer=answer), None
+    return seen(client, answer=answer, token_expires=soon), None, exp
 
 
 async def gather(kube: k.KubeAPI, t: Target, policy: tenancy.TenancyPolicy, *,
@@ -286,7 +296,7 @@ async def gather(kube: k.KubeAPI, t: Target, policy: tenancy.TenancyPolicy, *,
     folded = _fold_pods(pods)
     access = await _access(kube, d, names) if sched_error is None else None
     nodes, slurmd, nodes_error = await _nodes(kube, t)
-    slurm_obs, slurm_refused = await _slurm(kube, t, policy, make_slurm, now)
+    slurm_obs, slurm_refused, slurm_exp = await _slurm(kube, t, policy, make_slurm, now)
     if t.sandbox_request is not None:
         need, need_how = t.sandbox_request, "--sandbox-requests"
     elif folded.largest is not None:
@@ -301,4 +311,4 @@ async def gather(kube: k.KubeAPI, t: Target, policy: tenancy.TenancyPolicy, *,
         nodes_error=nodes_error, sandbox_request=need, sandbox_request_how=need_how,
         client_annotations=tuple(spec.client_annotations),
         runner=await _runner(kube, t, policy, make_runner), partition=spec.partition,
-        slurm=slurm_obs, slurm_refused=slurm_refused)
+        slurm=slurm_obs, slurm_refused=slurm_refused, slurm_token_exp=slurm_exp, now=now())

@@ -22,12 +22,11 @@ OPTIONAL_NAMESPACE_PATTERN = r"^([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)?$"
 NAMESPACE_GLOB_PATTERN = r"^[a-z0-9?\[\]-]*(\*[a-z0-9?\[\]-]*){0,4}$"
 ANNOTATION_KEY_PATTERN = r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
 DOTTED_PATH_PATTERN = r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$"
-# slurmrestd: the user the token names (a Linux user name), the OpenAPI plugin version (v0.0.38 on
-# Slurm 22.05, v0.0.40-42 on 23.11-24.11), and the names a placeholder job may have: literal text and
-# the placeholders {namespace}, {name}, {uid} (the pod's) and {sandboxId} (its sandbox-id label).
+# slurmrestd: the user the token names (a Linux user name), and the names a placeholder job may have:
+# literal text and the placeholders {namespace}, {name}, {uid} (the pod's), {sandboxId} (its
+# sandbox-id label) and {jobName} (its Job's: SUNK 8.2's gang scheduling places a Job's pods as one).
 SLURM_USER_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}$"
-SLURM_API_VERSION_PATTERN = r"^v0\.0\.[0-9]{2}$"
-JOB_NAME_TEMPLATE_PATTERN = r"^([^{}\s]|\{(namespace|name|uid|sandboxId)\})+$"
+JOB_NAME_TEMPLATE_PATTERN = r"^([^{}\s]|\{(namespace|name|uid|sandboxId|jobName)\})+$"
 
 # Bounds: maxLength on every string, maxItems on every list, maxProperties on every map.
 NAME_MAX = 253               # a DNS subdomain (object names, Secret keys, ClusterRole names)

@@ -41,6 +41,7 @@ class EventReason(StrEnum):
     NON_NUMERIC_USER_ID = "NonNumericUserId", "Warning", "`sunk.coreweave.com/user-id` on a sandbox pod is not a numeric UID"
     GRACE_TOO_LONG = "GraceTooLong", "Warning", "a sandbox pod's grace period exceeds the scheduler's kill-wait"
     EXCLUSIVE_OK_ON_GPU = "ExclusiveOkOnGPU", "Warning", "a GPU sandbox pod carries `sunk.coreweave.com/exclusive: ok` (not for GPU pods)"
+    SLURM_TOKEN_EXPIRING = "SlurmTokenExpiring", "Warning", "the Slurm JWT of `spec.slurm.restAPI.tokenSecretRef` expires within the hour (its `exp`, read without verifying): the Secret and the time are named; once per token"
 
 
 def table() -> list[tuple[str, str, str]]:

@@ -20,6 +20,8 @@ RECONCILE_REQUEST_ANNOTATION = f"{GROUP}/reconcile-requested-at"
 ANNOTATION_PREFIX = "sunk.coreweave.com/"
 PARTITION_ANNOTATION = ANNOTATION_PREFIX + "partition"
 SANDBOX_ID_LABEL = "sandbox.coreweave.com/sandbox-id"
+# The Job a pod belongs to (Kubernetes 1.27+, then the older key): {jobName} in placeholder job names.
+JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")
 DEFAULT_API_URL = "https://api.coreweave.com"
 DEFAULT_SCHEDULER_POD_LABELS = {"app.kubernetes.io/name": "sunk-scheduler"}
 SCHEDULER_CONFIGMAP_LABEL = ("app.kubernetes.io/component", "scheduler")

@@ -194,16 +194,22 @@ class SlurmReady(_Reason):
         "502/503/504; the message says which): check `spec.slurm.restAPI.url`, that slurmrestd runs, and the "
         "NetworkPolicy (egress to its port). Nothing else is affected: Ready does not wait for it")
     SLURM_AUTH_FAILED = "SlurmAuthFailed", (
-        "slurmrestd refused the token (401), or slurmctld did (Slurm 22.05 answers HTTP 500 `slurmctld config is "
-        "unable to load`): put a valid, unexpired JWT for `spec.slurm.restAPI.user` in the Secret (`scontrol token "
-        "username=USER lifespan=SECONDS`; the message says when one expired or names another user); slurmrestd "
-        "needs `SLURM_JWT=daemon` and slurmctld `AuthAltTypes=auth/jwt`")
+        "slurmrestd refused the token (401), or slurmctld did (HTTP 511 from Slurm 24.11 on; Slurm 22.05 answers "
+        "HTTP 500 `slurmctld config is unable to load`): put a valid, unexpired JWT for `spec.slurm.restAPI.user` in "
+        "the Secret (`scontrol token username=USER lifespan=SECONDS`; the message says when one expired or names "
+        "another user); slurmrestd needs `SLURM_JWT=daemon` and slurmctld `AuthAltTypes=auth/jwt`")
     CREDENTIALS_MISSING = "CredentialsMissing", (
-        "create the Secret / key named in `slurm.restAPI.tokenSecretRef`, or grant the operator `get` on Secrets "
+        "create the Secret / key named in `slurm.restAPI.tokenSecretRef` (the JWT alone: a value with a line break or "
+        "another character an HTTP header cannot carry is refused unsent), or grant the operator `get` on Secrets "
         "in that namespace")
+    API_VERSION_NOT_SERVED = "APIVersionNotServed", (
+        "slurmrestd does not serve `spec.slurm.restAPI.apiVersion` (HTTP 404; the message lists the versions it "
+        "serves), or serves none the operator knows (v0.0.38, v0.0.40–v0.0.45): remove `apiVersion` to negotiate, "
+        "or set one it serves (Slurm 22.05: v0.0.38; 24.11: v0.0.40–v0.0.42; 25.11, SUNK 8.1/8.2: v0.0.41–v0.0.44; "
+        "26.05: v0.0.42–v0.0.45)")
     SLURM_API_ERROR = "SlurmAPIError", (
-        "slurmrestd answered something unexpected (the message says what); a 404 means the path is not served: set "
-        "`spec.slurm.restAPI.apiVersion` to a version slurmrestd loads (its `-s` option, e.g. v0.0.38)")
+        "slurmrestd answered something unexpected (the message says what: an error it listed, a body that is not "
+        "its JSON): check slurmrestd's log; the check is repeated at every reconcile")
 
 
 class PlacementVerified(_Reason):

@@ -7,15 +7,16 @@ The token is read from the Secret at each use and sent only to a URL the operato
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal, Optional
 
 from pydantic import Field, StringConstraints
 
 from .base import _Model
 from .bounds import (DNS_SUBDOMAIN_PATTERN, JOB_NAME_TEMPLATE_MAX, JOB_NAME_TEMPLATE_PATTERN, JOB_NAME_TEMPLATES_MAX,
-                     NAME_MAX, SLURM_API_VERSION_PATTERN, SLURM_USER_PATTERN, URL_MAX)
+                     NAME_MAX, SLURM_USER_PATTERN, URL_MAX)
 
-DEFAULT_SLURM_API_VERSION = "v0.0.38"
+# The OpenAPI (data_parser) versions the operator reads, newest first (core/slurm_versions.py).
+SlurmAPIVersion = Literal["v0.0.45", "v0.0.44", "v0.0.43", "v0.0.42", "v0.0.41", "v0.0.40", "v0.0.38"]
 DEFAULT_JOB_NAME_TEMPLATES = ["{namespace}/{name}"]
 
 
@@ -44,15 +45,18 @@ class SlurmRestAPI(_Model):
         description="Secret holding the JWT (sent as X-SLURM-USER-TOKEN). Read at each use, so rotation works.")
     user: str = Field(description="The Slurm user the token is for (sent as X-SLURM-USER-NAME; Slurm 22.05 "
                       "requires it).", pattern=SLURM_USER_PATTERN, max_length=32)
-    api_version: str = Field(
-        default=DEFAULT_SLURM_API_VERSION,
-        description="slurmrestd's OpenAPI plugin version (v0.0.38 for Slurm 22.05; v0.0.40-v0.0.42 for 23.11-24.11).",
-        pattern=SLURM_API_VERSION_PATTERN, max_length=16,
+    api_version: Optional[SlurmAPIVersion] = Field(
+        default=None,
+        description="slurmrestd's OpenAPI (data_parser) version. Unset: negotiated, the newest one slurmrestd serves "
+        "of those the operator reads (Slurm 22.05 serves v0.0.38; 24.11 v0.0.40-v0.0.42; 25.11, SUNK 8.1 and 8.2, "
+        "v0.0.41-v0.0.44; 26.05 v0.0.42-v0.0.45). Set: that one only (SlurmReady says APIVersionNotServed when "
+        "slurmrestd does not serve it).",
     )
     job_name_templates: list[Annotated[str, StringConstraints(pattern=JOB_NAME_TEMPLATE_PATTERN, min_length=1,
                                                               max_length=JOB_NAME_TEMPLATE_MAX)]] = Field(
         default_factory=lambda: list(DEFAULT_JOB_NAME_TEMPLATES), min_length=1, max_length=JOB_NAME_TEMPLATES_MAX,
         description="Names the SUNK scheduler may give a sandbox pod's placeholder job, tried in order; "
-        "placeholders {namespace}, {name}, {uid} and {sandboxId} (the pod's sandbox.coreweave.com/sandbox-id "
-        "label). status.placement.jobs.templates says which matched.",
+        "placeholders {namespace}, {name}, {uid}, {sandboxId} (the pod's sandbox.coreweave.com/sandbox-id "
+        "label) and {jobName} (its batch.kubernetes.io/job-name label: with SUNK 8.2's gang scheduling one job "
+        "stands for the pods of a Job). status.placement.jobs.templates says which matched.",
     )

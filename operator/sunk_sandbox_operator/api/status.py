@@ -145,6 +145,18 @@ class PlacementStatus(_Status):
                                           "is set and Slurm answers).")
 
 
+class SlurmStatus(_Status):
+    """slurmrestd as the binding's own check found it (spec.slurm.restAPI)."""
+
+    api_version: Optional[str] = Field(default=None, description="The OpenAPI (data_parser) version in use.")
+    api_version_source: Optional[Literal["negotiated", "spec"]] = Field(
+        default=None, description="negotiated: the newest one slurmrestd serves of those the operator reads; spec: "
+        "spec.slurm.restAPI.apiVersion.")
+    release: Optional[str] = Field(default=None, description="The Slurm release slurmrestd's answers name (e.g. 24.11.5).")
+    token_expires: Optional[str] = Field(default=None, description="When the Slurm JWT expires (its exp claim, read "
+                                         "without verifying; RFC 3339).")
+
+
 class BindingStatus(_Status):
     """Observed state of a SunkSandboxBinding."""
 
@@ -153,6 +165,8 @@ class BindingStatus(_Status):
     policy: Optional[PolicyStatus] = Field(default=None, description="The runner policy.")
     scope: Optional[ScopeStatus] = Field(default=None, description="The watched-namespace list.")
     placement: Optional[PlacementStatus] = Field(default=None, description="Sandbox pod observations.")
+    slurm: Optional[SlurmStatus] = Field(default=None, description="slurmrestd: the API version in use and why, the "
+                                         "Slurm release, the token's expiry (spec.slurm.restAPI).")
     last_handled_reconcile_at: Optional[str] = Field(
         default=None, description="The value of the sunksandbox.dev/reconcile-requested-at annotation the last "
         "reconcile handled.")

@@ -2,38 +2,36 @@
 
 Modelled on depends.py: `refresh()` after bindings change keeps exactly the pollers some binding
 needs, started and stopped as bindings come, go and change `spec.slurm.restAPI`. slurmrestd has no
-name filter, so a poller reads the whole job list (`GET /jobs?update_time=T`, HTTP 304 when nothing
-changed) and the partitions (`GET /partitions?update_time=T`) every `SSB_SLURM_POLL_SECONDS`: two
-requests per interval whatever the number of bindings, pods or jobs. After each answer:
+name filter, so a poller reads the whole job list (`GET /jobs?update_time=T`: unchanged answers
+are 22.05's 304 or 24.11+'s empty 200, adapters/slurmrest.py) and the partitions every
+`SSB_SLURM_POLL_SECONDS`: two requests per interval whatever the number of bindings, pods or jobs.
 
-- the job facts advance (core/slurm.py: a PENDING reason becomes `stuck` once it persisted) and the
-  names that changed go to each binding's JobTracker (controller/placement.py `on_jobs`), which
-  re-judges only the pods with those names and flushes status (coalesced) if its summary moved;
-- a binding whose pinned partition changed state, or that waits for Slurm to answer again, is woken
-  for a reconcile (its own check reports SlurmReady).
-
-Tokens: the poller reads the Secret of a binding whose own check passed Slurm's authentication
-(`state.slurm.outcome`), at each poll; only such bindings get the job list. A token refused mid-way
-drops its binding back to `refused` (and wakes it); Slurm not answering drops every view (the
-placement verdict goes back to the policy alone) and backs off; its return wakes the bindings.
-
-`update_time` is in slurmctld's seconds: the skew of our clock is measured with GET /diag
-(`req_time`) when the poller starts and at every full read (every FULL_READ_POLLS polls, which also
-bounds what a missed change could cost); without it the next `update_time` lags by SKEW_MARGIN.
+Each wake is gather → decide → act: the round is read with one subscriber's token (one whose own
+check passed Slurm's authentication, read from its Secret at each poll), `core/slurm_poll.decide`
+makes the one decision, and this shell applies it: token outcomes, the job facts published to each
+binding's JobTracker (controller/placement.py `on_jobs`: only bindings whose token passed see
+them), the bindings woken for a reconcile, and the delay — the regular interval, or the project's
+one backoff (controller/retry.py) while Slurm does not answer.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from collections import Counter
-from typing import Any, Callable
+from collections.abc import Hashable
+from dataclasses import replace
+from typing import Any, Callable, cast
 
 from ..adapters import slurmrest as sr
 from ..core import slurm as core
+from ..core import slurm_poll as sp
 from ..core.slurm_jobs import JobView
+from ..core.slurm_poll import Met, Round, Subscriber, TokenOutcome
 from . import placement
 from ..core.problems import Problem
+from .retry import Backoff
 from .slurm import PollerKey, key_of, read_token, wall
 from .state import BindingState, Key
 
@@ -42,11 +40,9 @@ Context = Any
 
 log = logging.getLogger("sunk_sandbox_operator")
 
-FULL_READ_POLLS = 30       # every 30th poll reads without update_time (5 min at the default 10 s)
-SKEW_MARGIN = 30           # seconds update_time lags when slurmctld's clock is not known
 BACKOFF_MAX_SECONDS = 300.0
 
-ClientFactory = Callable[[str, str], sr.SlurmClient]
+ClientFactory = Callable[[str, "str | None"], sr.SlurmClient]
 
 
 def pollers(ctx: Context) -> "Pollers":
@@ -67,29 +63,33 @@ class Poller:
     def __init__(self, owner: "Pollers", key: PollerKey, client: sr.SlurmClient) -> None:
         self.owner, self.key, self.client = owner, key, client
         self.subscribers: dict[Key, BindingState] = {}
+        self.memory = sp.PollMemory()
         self.view: JobView | None = None
-        self.jobs: dict[str, core.Job] = {}          # the last list read (a 304 keeps it)
-        self.memo: dict[int, core.Pending] = {}
-        self.partitions: dict[str, str] = {}
-        self.update_time: int | None = None
-        self.skew: float | None = None
-        self.polls = 0
-        self.failures = 0
-        self.reachable: bool | None = None
+        self.backoff = Backoff(base=owner.ctx.config.slurm_poll_seconds, cap=BACKOFF_MAX_SECONDS)
         self.requests: Counter[tuple[str, str]] = Counter()   # (endpoint, code): what the benchmark prints
         self.task: asyncio.Task | None = None
 
-    def _token_of(self) -> BindingState | None:
-        """A subscriber whose token may be used: verified first, then one waiting for Slurm to answer."""
-        for wanted in ("verified", "unreachable"):
-            for key in sorted(self.subscribers):
-                state = self.subscribers[key]
-                if state.slurm.key == self.key and state.slurm.outcome == wanted:
-                    return state
-        return None
+    @property
+    def jobs(self) -> dict[str, core.Job]:
+        return dict(self.memory.jobs)
+
+    def _state(self, key: Hashable) -> BindingState | None:
+        """A subscriber by key (the set may have changed during the round's awaits)."""
+        return self.subscribers.get(cast(Key, key))
+
+    def _mine(self, state: BindingState) -> bool:
+        return state.slurm.key == self.key
 
     def _verified(self, state: BindingState) -> bool:
-        return state.slurm.key == self.key and state.slurm.outcome == "verified"
+        return self._mine(state) and state.slurm.outcome is TokenOutcome.VERIFIED
+
+    def _facts(self) -> list[Subscriber]:
+        out = []
+        for key, s in self.subscribers.items():
+            outcome = s.slurm.outcome if self._mine(s) else TokenOutcome.UNCHECKED
+            out.append(Subscriber(key, outcome, s.spec.partition if s.spec is not None else None,
+                                  s.slurm.partition_seen))
+        return out
 
     async def run(self) -> None:
         while True:
@@ -99,66 +99,60 @@ class Poller:
                 raise
             except Exception:  # never let one bad answer stop the poller
                 log.exception("Slurm poller for %s failed", self.key.url)
-                delay = self._backoff()
+                self.memory = replace(self.memory, failures=self.memory.failures + 1)
+                delay = self.backoff.delay(self.memory.failures, self.owner.rand)
             await self.owner.ctx.sleep(delay)
 
-    def _backoff(self) -> float:
-        self.failures += 1
-        return min(self.owner.ctx.config.slurm_poll_seconds * 2 ** self.failures, BACKOFF_MAX_SECONDS)
-
-    async def poll(self) -> float:
-        """One round; returns the delay until the next."""
-        ctx, cfg = self.owner.ctx, self.owner.ctx.config
-        state = self._token_of()
-        if state is None:
-            return cfg.slurm_poll_seconds  # nobody's token is usable: their next reconcile checks again
+    async def _round(self, subscribers: list[Subscriber]) -> Round:
+        """Gather: the lists, read with one subscriber's token, or what stopped that."""
+        ctx, m = self.owner.ctx, self.memory
+        chosen = sp.token_of(subscribers)
+        if chosen is None:
+            return Round(Met.NO_TOKEN)
+        state = self.subscribers[cast(Key, chosen)]
 
         async def token() -> str:
             return await read_token(ctx, state)
 
-        user, full = self.key.user, self.polls % FULL_READ_POLLS == 0
+        user, since, skew = self.key.user, sp.since(m), None
         started = wall(ctx)
         try:
-            if full:
-                self.skew = await self._skew(token)
-            since = None if full else self.update_time
+            if sp.full_read(m):
+                skew = await self._skew(token)
             jobs = await self.client.jobs(user, token, since)
             parts = await self.client.partitions(user, token, since)
-        except (Problem, sr.SlurmAuthFailed):  # the Secret gone, or the token refused
-            state.slurm.outcome = "refused"  # its reconcile says why; the next poll tries another token
-            placement.on_jobs(ctx, state, None, None, None)
-            _wake(ctx, state)
-            return cfg.slurm_poll_seconds
+        except (Problem, sr.SlurmAuthFailed, sr.SlurmTokenUnusable):  # the Secret gone, or the token refused
+            return Round(Met.REFUSED, chosen)
         except sr.SlurmError as exc:
-            if self.reachable is not False:
-                log.warning("Slurm at %s: %s", self.key.url, exc)
-                self.reachable = False
-                self._publish(None, None)
-                for s in self.subscribers.values():
-                    _wake(ctx, s)  # their own checks report SlurmUnreachable
-            return self._backoff()
-        # Slurm answers again, or for the first time: the bindings whose own check found it unreachable
-        # are woken once to check again (the one whose token just passed among them).
-        recovered = self.reachable is not True
-        self.reachable, self.failures = True, 0
-        self.polls += 1
-        waiting = [s for s in self.subscribers.values() if s.slurm.key == self.key and s.slurm.outcome == "unreachable"]
-        if state.slurm.outcome == "unreachable":
-            state.slurm.outcome = "verified"  # its token just passed
-        self.update_time = int(started + (self.skew if self.skew is not None else -SKEW_MARGIN)) - 1
-        if jobs is not None:
-            self.jobs = core.parse_jobs(jobs.body)
-        old = self.view
-        self.memo, facts = core.advance(self.memo, self.jobs, now=ctx.monotonic(), now_wall=wall(ctx),
-                                        seconds=cfg.slurm_pending_seconds, polls=cfg.slurm_pending_polls)
-        names = core.changed(old.jobs, facts) if old is not None else None
-        self._publish(JobView(facts, wall(ctx)), names, old)
-        if parts is not None:
-            self.partitions = core.partition_states(parts.body)
-        for s in self.subscribers.values():
-            if (recovered and s in waiting) or self._partition_moved(s):
-                _wake(ctx, s)
-        return cfg.slurm_poll_seconds
+            return Round(Met.FAILED, chosen, error=str(exc))
+        return Round(Met.ANSWERED, chosen, started, skew, core.parse_jobs(jobs.body) if jobs is not None else None,
+                     core.partition_states(parts.body) if parts is not None else None)
+
+    async def poll(self) -> float:
+        """One wake: gather, decide, act; returns the delay until the next."""
+        ctx, cfg = self.owner.ctx, self.owner.ctx.config
+        subscribers = self._facts()
+        r = await self._round(subscribers)
+        d = sp.decide(self.memory, subscribers, r, now=ctx.monotonic(), now_wall=wall(ctx),
+                      pending_seconds=cfg.slurm_pending_seconds, pending_polls=cfg.slurm_pending_polls)
+        self.memory = d.memory
+        if d.outcome is not None and (state := self._state(d.outcome[0])) is not None:
+            state.slurm.outcome = d.outcome[1]
+        if d.announce is not None:
+            log.warning("Slurm at %s: %s", self.key.url, d.announce)
+        for key, seen in d.partition_seen.items():
+            if (state := self._state(key)) is not None:
+                state.slurm.partition_seen = seen
+        if d.met is Met.REFUSED and (state := self._state(r.token)) is not None:  # its reconcile says why
+            placement.on_jobs(ctx, state, None, None, None)
+        if d.publish:
+            facts = d.memory.facts
+            self._publish(JobView(facts, wall(ctx)) if facts is not None else None,
+                          set(d.names) if d.names is not None else None, self.view)
+        for key in d.wake:
+            if (state := self._state(key)) is not None:
+                _wake(ctx, state)
+        return self.backoff.delay(d.backoff, self.owner.rand) if d.backoff is not None else cfg.slurm_poll_seconds
 
     async def _skew(self, token: Any) -> float | None:
         """slurmctld's clock minus ours (seconds), or None when /diag does not tell."""
@@ -169,17 +163,6 @@ class Poller:
         except (sr.SlurmAPIError, sr.SlurmNotFound):
             return None
         return None if server is None else server - (before + wall(ctx)) / 2
-
-    def _partition_moved(self, state: BindingState) -> bool:
-        """Has the partition this binding pins changed state since its own check saw it?"""
-        spec = state.spec
-        if spec is None or spec.partition is None or not self._verified(state) or state.slurm.partition_seen is None:
-            return False
-        now = self.partitions.get(spec.partition, "")
-        if now == state.slurm.partition_seen:
-            return False
-        state.slurm.partition_seen = now  # one wake per change; the reconcile's check records it again
-        return True
 
     def _publish(self, view: JobView | None, names: set[str] | None, previous: JobView | None = None) -> None:
         self.view = view
@@ -193,20 +176,23 @@ class Poller:
 class Pollers:
     """The running pollers and the HTTP clients they share with the bindings' own checks."""
 
-    def __init__(self, ctx: Context, client_factory: ClientFactory | None = None) -> None:
+    def __init__(self, ctx: Context, client_factory: ClientFactory | None = None,
+                 rand: Callable[[], float] = random.random) -> None:
         self.ctx = ctx
+        self.rand = rand   # the backoff's jitter
         self._factory = client_factory
         self._pollers: dict[PollerKey, Poller] = {}
-        self._clients: dict[tuple[str, str], sr.SlurmClient] = {}
+        self._clients: dict[tuple[str, str | None], sr.SlurmClient] = {}
         self._closing: set[asyncio.Future] = set()
         ctx.metrics.slurm_pollers.set_function(lambda: len(self._pollers))
-        ctx.metrics.slurm_jobs.set_function(lambda: sum(len(p.jobs) for p in self._pollers.values()))
+        ctx.metrics.slurm_jobs.set_function(lambda: sum(len(p.memory.jobs) for p in self._pollers.values()))
 
     @property
     def running(self) -> dict[PollerKey, Poller]:
         return dict(self._pollers)
 
-    def client(self, url: str, api_version: str) -> sr.SlurmClient:
+    def client(self, url: str, api_version: str | None) -> sr.SlurmClient:
+        """The client of a slurmrestd and version (None: negotiated, once per client and server)."""
         key = (url.rstrip("/"), api_version)
         client = self._clients.get(key)
         if client is None:

@@ -19,6 +19,7 @@ from ..api.spec import BindingSpec, SandboxNamespaces, parse_spec
 from ..core.compose import Part
 from ..core.placement import PlacementTracker
 from ..core.slurm_jobs import JobTracker
+from ..core.slurm_poll import TokenOutcome
 from ..core.scheduler import Discovery
 from ..core.scope import Matcher, compile_matcher
 from ..core.scope_plan import SyncMemory
@@ -125,8 +126,9 @@ class SlurmMemory:
     """What the binding's own slurmrestd check found (controller/slurm.py), for the shared poller."""
 
     key: object | None = None        # the slurm_poll.PollerKey the outcome is for
-    outcome: str = "unchecked"       # verified (its token passed) | unreachable | refused | unchecked
+    outcome: TokenOutcome = TokenOutcome.UNCHECKED
     partition_seen: str | None = None  # spec.partition's state at that check ("": not found)
+    expiry_warned: int | None = None   # the token `exp` SlurmTokenExpiring was posted for (once per token)
 
 
 @dataclass(frozen=True)

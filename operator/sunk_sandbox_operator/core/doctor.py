@@ -22,9 +22,9 @@ from .node_room import NodeRoom
 from .policy_checks import policy_warnings, validate_policy
 from .policy_paths import PolicyError
 from .redact import describe
-from .scheduler import Discovery
+from .scheduler import UPGRADE_ORDER, Discovery
 from .scope import missing_summary, names
-from .slurm import ready_condition
+from .slurm import expiring, iso, ready_condition
 
 def _passed(id_: str, name: str, detail: str) -> Result:
     return Result(id_, name, True, detail)
@@ -70,6 +70,13 @@ def scheduler_running(obs: Observation) -> Result:
         return _failed("scheduler-running", n, f"no pods {sel} in {d.namespace}",
                        "enable it: `scheduler.enabled: true` in the Slurm Helm values; or point the doctor at it: "
                        + obs.knob("spec.scheduler.namespace / podSelector", "--scheduler-namespace / --scheduler-selector"))
+    if not d.ready_replicas and d.crash_looping:
+        old_flag = " (a SUNK 8.2 scheduler has no --slurm-kill-wait flag: drop it from the args; KillWait comes " \
+            "from slurm.conf)" if d.scheduler_kill_wait is not None and d.scheduler_kill_wait[1] == "args" else ""
+        return _failed("scheduler-running", n, f"{d.pods_found} pod(s) {sel} in {d.namespace}, none Ready; "
+                       f"{', '.join(d.crash_looping)} in CrashLoopBackOff",
+                       f"{UPGRADE_ORDER}{old_flag}; `kubectl logs -n {d.namespace} {sel} -c scheduler --previous` "
+                       "says why it exits")
     if not d.ready_replicas:
         return _failed("scheduler-running", n, f"{d.pods_found} pod(s) {sel} in {d.namespace}, none Ready",
                        f"see why: `kubectl describe pods -n {d.namespace} {sel}`, `kubectl logs -n {d.namespace} "
@@ -117,8 +124,8 @@ def kill_wait(obs: Observation) -> Result:
     if d is None or obs.scheduler_error:
         return _skipped("kill-wait", n, NO_SCHEDULER)
     if d.kill_wait_seconds is None:
-        return _failed("kill-wait", n, "no --slurm-kill-wait argument, none in scheduler.conf, and no slurm.conf "
-                       f"ConfigMap with KillWait in {d.namespace}",
+        return _failed("kill-wait", n, f"no slurm.conf ConfigMap with KillWait in {d.namespace} (where SUNK 8.2 reads "
+                       "it), no --slurm-kill-wait argument (SUNK 8.1 and older), none in scheduler.conf",
                        "set `slurmConfig.KillWait` in the Slurm Helm values (60 for the default 30 s grace), or say "
                        "it: " + obs.knob("spec.scheduler.killWaitSeconds", "--kill-wait-seconds"))
     return _passed("kill-wait", n, f"{d.kill_wait_seconds} s from {_kill_wait_source(d)}")
@@ -311,10 +318,26 @@ def partition_exists(obs: Observation) -> Result:
     return _failed("partition", n, message, reason.fix)
 
 
+def slurm_token(obs: Observation) -> Result:
+    n, s = "Slurm token not about to expire", obs.slurm
+    if obs.slurm_refused or s is None:
+        return _skipped("slurm-token", n, "Slurm not configured or not allowed (see the partition line): not read")
+    if s.error in ("credentials", "token"):
+        return _failed("slurm-token", n, s.detail, ready_condition(s)[1].fix)
+    exp = obs.slurm_token_exp
+    if exp is None:
+        return _passed("slurm-token", n, f"the JWT in {s.token_where} carries no `exp`")
+    if expiring(exp, obs.now):
+        return _failed("slurm-token", n, f"the JWT in {s.token_where} expires at {iso(exp)}, within the hour: Slurm "
+                       "refuses it then", f"put a new one there before then: `scontrol token username={s.user} "
+                       "lifespan=SECONDS` (the default lifespan is 1800 s: ask for more)")
+    return _passed("slurm-token", n, f"the JWT in {s.token_where} (user {s.user}) expires at {iso(exp)}")
+
+
 Check = Callable[[Observation], "Result | None"]
 CHECKS: tuple[Check, ...] = (binding_allowed, scheduler_running, scheduler_name, kill_wait, kill_wait_matches,
                              grace_rule, scope_coverage, scheduler_rbac, slurmd_room, runner_token, policy_fields,
-                             partition_exists)
+                             slurm_token, partition_exists)
 
 # What each check reads (the README's table; a unit test keeps the two equal). SNS: the scheduler's
 # namespace (its pods, ConfigMaps and the NodeSets' slurmd pods live there).
@@ -333,8 +356,10 @@ READS: dict[str, str] = {
                    "`--field-selector spec.nodeName=NODE`",
     "runner-token": "GET the token Secret; POST `GetManagedRunner` (after the URL passed the operator's allow-list)",
     "policy": "nothing more (the `GetManagedRunner` answer)",
-    "partition": "GET the Slurm token Secret; GET `/slurm/VERSION/partition/NAME` (or `/ping` with no partition "
-                 "pinned) at slurmrestd, when configured and allowed",
+    "slurm-token": "the Slurm token Secret read for the next check: its JWT's `exp`, decoded without verifying",
+    "partition": "GET the Slurm token Secret; GET `/slurm/VERSION/ping` from the newest version the operator knows "
+                 "down until one is served (no `apiVersion`), then `/slurm/VERSION/partition/NAME` (or `/ping` with no "
+                 "partition pinned) at slurmrestd, when configured and allowed",
 }
 
 

@@ -98,6 +98,8 @@ class Observation:
     partition: str | None = None
     slurm: SlurmObservation | None = None  # the pinned partition (or a ping) asked of slurmrestd; None: not configured
     slurm_refused: str | None = None       # slurmrestd's URL is not one the operator allows: nothing was sent
+    slurm_token_exp: int | None = None     # the Slurm JWT's `exp` (read without verifying), when it was sent
+    now: float = 0.0                       # wall-clock epoch of the observation
 
     def knob(self, spec_field: str, flag: str) -> str:
         """Where the admin sets it: the binding's field, or the doctor's flag before any binding."""

@@ -15,7 +15,7 @@ from decimal import Decimal
 from typing import Any, Callable, Hashable
 
 from ..api.events import EventReason
-from ..api.keys import ANNOTATION_PREFIX, SANDBOX_ID_LABEL
+from ..api.keys import ANNOTATION_PREFIX, JOB_NAME_LABELS, SANDBOX_ID_LABEL
 
 PARTITION_ANNOTATION = ANNOTATION_PREFIX + "partition"
 USER_ID_ANNOTATION = ANNOTATION_PREFIX + "user-id"
@@ -187,6 +187,7 @@ class PodRecord:
     resource_hazards: frozenset[str]
     error: str | None = None
     sandbox_id: str | None = None    # the sandbox.coreweave.com/sandbox-id label (placeholder job names)
+    job_name: str | None = None      # its Job's name (label): a gang's pods share one placeholder job
 
     @property
     def ref(self) -> str:
@@ -231,6 +232,7 @@ def decode_pod(pod: Any, quantity: QuantityParser, share: Callable[[Any], Any] =
                                      and isinstance(v, (str, int, float, bool, type(None))))))
     created = _str_or_none(meta.get("creationTimestamp"))
     created = share(created) if created is not None else None
+    labels = _mapping(meta.get("labels"))
     return PodRecord(
         namespace=sys.intern(str(meta.get("namespace") or "")),
         name=str(meta.get("name") or ""),
@@ -244,7 +246,8 @@ def decode_pod(pod: Any, quantity: QuantityParser, share: Callable[[Any], Any] =
         annotations=annotations,
         resource_hazards=hazards,
         error=error,
-        sandbox_id=_str_or_none(_mapping(meta.get("labels")).get(SANDBOX_ID_LABEL)),
+        sandbox_id=_str_or_none(labels.get(SANDBOX_ID_LABEL)),
+        job_name=next((v for k in JOB_NAME_LABELS if isinstance(v := labels.get(k), str) and v), None),
     )
 
 

@@ -1,9 +1,10 @@
 """Scheduler discovery (pure): which pods, which ConfigMaps, and the name and kill-wait they give.
 
 `discover` runs over what the API server returned for the scheduler namespace and picks the
-sources in order (spec, `scheduler.conf`, container args; kill-wait from args, scheduler.conf,
-Slurm's KillWait, spec); the parsers are in `scheduler_conf`. `scheduler_condition` is
-SchedulerReady with what to do.
+sources in order (spec, `scheduler.conf`, container args; kill-wait from Slurm's KillWait in a
+slurm.conf ConfigMap first — SUNK 8.2 dropped `--slurm-kill-wait` and reads it there — unless an
+older scheduler's own, from args or scheduler.conf, is lower; then the spec); the parsers are in `scheduler_conf`. `scheduler_condition` is SchedulerReady
+with what to do (a scheduler in CrashLoopBackOff: SUNK's upgrade-order hazard named).
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ class Discovery:
     # the scheduler's own (seconds, args | configMap) and Slurm's (seconds, where it was read).
     scheduler_kill_wait: tuple[int, str] | None = None
     slurm_kill_wait: tuple[int, str] | None = None
+    crash_looping: tuple[str, ...] = ()  # pods a container of which waits in CrashLoopBackOff (a few, by name)
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -71,6 +73,25 @@ def is_ready(pod: Any) -> bool:
     return any(
         isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True" for c in conds or []
     )
+
+
+def crash_looping(pod: Any) -> bool:
+    """Does a container of this pod wait in CrashLoopBackOff (and the pod is not Ready)?"""
+    status = pod.get("status") if isinstance(pod, Mapping) else None
+    statuses = status.get("containerStatuses") if isinstance(status, Mapping) else None
+    if is_ready(pod) or not isinstance(statuses, list):
+        return False
+    for c in statuses:
+        state = c.get("state") if isinstance(c, Mapping) else None
+        waiting = state.get("waiting") if isinstance(state, Mapping) else None
+        if isinstance(waiting, Mapping) and waiting.get("reason") == "CrashLoopBackOff":
+            return True
+    return False
+
+
+# SUNK's documented upgrade order: the sunk chart (operator, CRDs) before the Slurm chart.
+UPGRADE_ORDER = ("after a Slurm chart upgrade this is SUNK's known upgrade-order hazard: upgrade the `sunk` chart "
+                 "(operator and CRDs) to the matching release first, then the Slurm chart again")
 
 
 def _data(cm: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -136,6 +157,7 @@ def discover(
     cms = [cm for cm in configmaps or [] if isinstance(cm, Mapping)]
     d.pods_found = len(good_pods)
     d.ready_replicas = sum(1 for p in good_pods if is_ready(p))
+    d.crash_looping = tuple(sorted(str(_meta(p).get("name") or "") for p in good_pods if crash_looping(p))[:3])
 
     # SUNK 8: scheduler.conf
     conf = SchedulerConf()
@@ -190,7 +212,9 @@ def discover(
     elif discovered:
         d.name, d.name_source = discovered[0]
 
-    # Kill-wait: args, configMap, slurm.conf KillWait, spec, Slurm's default
+    # Kill-wait: Slurm's KillWait in slurm.conf first (SUNK 8.2 has no flag of its own: it reads
+    # Slurm's), unless an older scheduler's own (args, configMap) is lower: it waits that long only
+    # (the difference is noted); then the spec, Slurm's default
     d.slurm_configmaps = tuple(sorted(str(_meta(cm).get("name") or "") for cm in cms
                                       if any(str(key).endswith(SLURM_CONF_SUFFIX) for key in _data(cm))))
     slurm_kw, slurm_cm, slurm_default = _slurm_conf(cms, d)
@@ -202,10 +226,10 @@ def discover(
     d.slurm_kill_wait = ((slurm_kw, f"slurm.conf in ConfigMap {slurm_cm}") if slurm_kw is not None else
                          (SLURM_DEFAULT_KILL_WAIT, f"Slurm's default: slurm.conf in ConfigMap {slurm_cm} sets none")
                          if slurm_default else None)
-    if scheduler_kw:
-        d.kill_wait_seconds, d.kill_wait_source = scheduler_kw
-    elif slurm_kw is not None:
+    if slurm_kw is not None and (scheduler_kw is None or slurm_kw <= scheduler_kw[0]):
         d.kill_wait_seconds, d.kill_wait_source = slurm_kw, "slurmConf"
+    elif scheduler_kw:
+        d.kill_wait_seconds, d.kill_wait_source = scheduler_kw
     elif spec.scheduler.kill_wait_seconds is not None:
         d.kill_wait_seconds, d.kill_wait_source = spec.scheduler.kill_wait_seconds, "spec"
     elif slurm_default:
@@ -274,11 +298,13 @@ def scheduler_condition(d: Discovery) -> tuple[Status, str, str]:
             f"spec.scheduler.podSelector.{notes}{unread}",
         )
     if d.ready_replicas == 0:
+        crash = (f" {', '.join(d.crash_looping)} in CrashLoopBackOff: {UPGRADE_ORDER} (`kubectl logs --previous` "
+                 "says why it exits)." if d.crash_looping else "")
         return (
             "False",
             SchedulerReady.SCHEDULER_NOT_RUNNING,
             f"{d.pods_found} scheduler pod(s) found but none is Ready: check `{kubectl}` and "
-            f"`kubectl logs -n {d.namespace}{sel} -c {SCHEDULER_CONTAINER}`.{notes}{unread}",
+            f"`kubectl logs -n {d.namespace}{sel} -c {SCHEDULER_CONTAINER}`.{crash}{notes}{unread}",
         )
     if d.refused:
         found = (f"scheduler {d.name!r} ({d.name_source})" if d.name else "no scheduler name") + (

@@ -170,28 +170,52 @@ def changed(old: Mapping[str, JobFact], new: Mapping[str, JobFact]) -> set[str]:
 
 # ---------------------------------------------------------------- the token, without sending it
 
+TOKEN_MAX = 8192              # a Slurm JWT is ~200 bytes; the Secret is tenant-written: nothing longer is decoded
+EXPIRING_SECONDS = 3600       # a token expiring within this is warned about (SlurmTokenExpiring) before it breaks
+NOT_A_JWT = "the Secret's value is not a JWT (three base64url parts): put the token `scontrol token` printed there"
+
 
 def _unb64(part: str) -> bytes:
     return base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
 
 
-# A Slurm JWT is a few hundred bytes; a Secret may hold 1 MiB.
-MAX_TOKEN_CHARS = 16 * 1024
+def claims(token: str) -> dict[str, Any] | str:
+    """The JWT's payload, decoded without verifying (bounded: TOKEN_MAX characters, no nesting
+    bomb reaches the caller), or what is wrong with it (never quoting it)."""
+    if len(token) > TOKEN_MAX:
+        return (f"the Secret's value is {len(token)} characters, longer than any Slurm JWT (at most {TOKEN_MAX} are "
+                "read): put the token `scontrol token` printed there, alone")
+    parts = token.strip().split(".")
+    try:
+        if len(parts) != 3:
+            raise ValueError
+        decoded = load_json(_unb64(parts[1]), TOKEN_MAX)  # tenant-written: bounded, nesting a ValueError
+        if not isinstance(decoded, dict):
+            raise ValueError
+    except (ValueError, binascii.Error, UnicodeDecodeError, RecursionError):
+        return NOT_A_JWT
+    return decoded
+
+
+def header_problem(value: str) -> str | None:
+    """Why `value` cannot be an HTTP header value, told without it (None: it can). httpx's own error
+    would quote the header, token and all."""
+    bad = next((i for i, ch in enumerate(value) if not 33 <= ord(ch) <= 126), None)
+    if bad is None:
+        return None
+    what = "a line break" if value[bad] in "\r\n" else "a space" if value[bad] == " " else \
+        "a control character" if ord(value[bad]) < 32 or ord(value[bad]) == 127 else "a non-ASCII character"
+    return (f"it holds {what} at offset {bad} of {len(value)}, which an HTTP header cannot carry (an env file or "
+            "several lines in one key?): put the JWT alone there")
 
 
 def token_problem(token: str, user: str, now_wall: float) -> str | None:
     """What makes this JWT certain to fail, told without the token: not a JWT, expired (`exp`), or
     issued for another user (`sun`, the claim Slurm's auth/jwt checks against X-SLURM-USER-NAME)."""
-    parts = token.strip().split(".")
-    try:
-        if len(parts) != 3:
-            raise ValueError
-        claims = load_json(_unb64(parts[1]), MAX_TOKEN_CHARS)  # tenant-written: bounded, nesting a ValueError
-        if not isinstance(claims, dict):
-            raise ValueError
-    except (ValueError, binascii.Error, UnicodeDecodeError):
-        return "the Secret's value is not a JWT (three base64url parts): put the token `scontrol token` printed there"
-    exp, sun = number(claims.get("exp")), claims.get("sun")
+    got = claims(token)
+    if isinstance(got, str):
+        return got
+    exp, sun = number(got.get("exp")), got.get("sun")
     if exp is not None and exp <= now_wall:
         return f"the token expired at {iso(exp)}: issue a new one (`scontrol token username={user} lifespan=...`)"
     if isinstance(sun, str) and sun != user:
@@ -200,11 +224,22 @@ def token_problem(token: str, user: str, now_wall: float) -> str | None:
     return None
 
 
+def token_expiry(token: str) -> int | None:
+    """The JWT's `exp` (epoch seconds), read without verifying; None when it has none or is no JWT."""
+    got = claims(token)
+    return None if isinstance(got, str) else number(got.get("exp"))
+
+
+def expiring(exp: int | None, now_wall: float) -> bool:
+    """Does a working token expire within EXPIRING_SECONDS (warn now, before it breaks)?"""
+    return exp is not None and now_wall < exp <= now_wall + EXPIRING_SECONDS
+
+
 def iso(ts: float) -> str:
     try:
         return datetime.fromtimestamp(int(ts), timezone.utc).isoformat().replace("+00:00", "Z")
     except (OverflowError, OSError, ValueError):  # e.g. a token's `exp` claim, written by a tenant
-        return f"{printable(ts)} (no calendar date)"
+        return f"epoch {printable(ts)}"  # printable: an inf or a NaN has no int either
 
 
 # ---------------------------------------------------------------- SlurmReady
@@ -218,15 +253,42 @@ class SlurmObservation:
     user: str
     partition: str | None        # spec.partition (None: a ping was sent instead)
     answer: Mapping[str, Any] | None = None  # the partition object (or the ping answer)
-    error: str | None = None     # credentials | token | auth | unreachable | not_found | api
+    error: str | None = None     # credentials | token | auth | unreachable | not_found | version | api
     detail: str = ""
+    api_version: str | None = None   # the OpenAPI version the request used (None: none was found)
+    negotiated: bool = True          # False: spec.slurm.restAPI.apiVersion
+    release: str | None = None       # the Slurm release slurmrestd's answer named
+    token_where: str = ""            # "Secret ns/name key k" (never the value)
+    token_expires: int | None = None  # the JWT's `exp`, when it expires within the hour
+
+
+def api_text(obs: SlurmObservation) -> str:
+    """What the status and the doctor say of the version, e.g. `Slurm 24.11.5, REST v0.0.42 (negotiated)`."""
+    release = f"Slurm {obs.release}, " if obs.release else ""
+    if obs.api_version is None:
+        return release.rstrip(", ")
+    how = "negotiated" if obs.negotiated else "spec.slurm.restAPI.apiVersion"
+    return f"{release}REST {obs.api_version} ({how})"
+
+
+def _expiring(obs: SlurmObservation) -> str:
+    if obs.token_expires is None:
+        return ""
+    return (f". The token ({obs.token_where}) expires at {iso(obs.token_expires)}: put a new one there before then "
+            f"(`scontrol token username={obs.user} lifespan=...`)")
 
 
 def ready_condition(obs: SlurmObservation | None) -> tuple[Status, SlurmReady, str]:
     """SlurmReady as (status, reason, message); None: spec.slurm.restAPI is not set."""
     if obs is None:
         return "True", SlurmReady.NOT_CONFIGURED, "spec.slurm.restAPI is not set: Slurm is not read"
-    where = f"slurmrestd at {obs.url} (user {obs.user})"
+    api = api_text(obs)
+    where = f"slurmrestd at {obs.url} (user {obs.user}" + (f"; {api})" if api else ")")
+    status, reason, message = _ready(obs, where)
+    return status, reason, message + _expiring(obs)
+
+
+def _ready(obs: SlurmObservation, where: str) -> tuple[Status, SlurmReady, str]:
     if obs.error == "credentials":
         return "False", SlurmReady.CREDENTIALS_MISSING, f"{obs.detail}; nothing was sent to {where}"
     if obs.error == "token":
@@ -239,6 +301,10 @@ def ready_condition(obs: SlurmObservation | None) -> tuple[Status, SlurmReady, s
         return "Unknown", SlurmReady.SLURM_UNREACHABLE, (
             f"{where} did not answer: {obs.detail}. The partition and the placeholder jobs are not checked until it "
             "does; nothing else about this binding depends on it")
+    if obs.error == "version":
+        return "False", SlurmReady.API_VERSION_NOT_SERVED, (
+            f"{where}: {obs.detail}. Remove spec.slurm.restAPI.apiVersion to negotiate the newest version both sides "
+            "know, or set one slurmrestd serves")
     if obs.error == "not_found":
         return "False", SlurmReady.PARTITION_NOT_FOUND, (
             f"Slurm has no partition {obs.partition!r} (spec.partition; {where} answered: {obs.detail}): sandboxes "

@@ -30,14 +30,15 @@ MISSING_PODS_SHOWN = 5
 
 def job_names(templates: Iterable[str], pod: PodRecord) -> tuple[str, ...]:
     """The names a pod's placeholder job may have, one per template (in order; a template using
-    {sandboxId} is skipped for a pod without the label). Plain substitution, no format()."""
+    {sandboxId} or {jobName} is skipped for a pod without that label). Plain substitution, no
+    format(). Several pods may name one job (SUNK 8.2's gang scheduling: one job for a Job's pods)."""
     out = []
     for t in templates:
-        if "{sandboxId}" in t and not pod.sandbox_id:
+        if ("{sandboxId}" in t and not pod.sandbox_id) or ("{jobName}" in t and not pod.job_name):
             out.append("")  # keeps template indexes; never a job name
             continue
         out.append(t.replace("{namespace}", pod.namespace).replace("{name}", pod.name).replace("{uid}", pod.uid)
-                   .replace("{sandboxId}", pod.sandbox_id or ""))
+                   .replace("{sandboxId}", pod.sandbox_id or "").replace("{jobName}", pod.job_name or ""))
     return tuple(out)
 
 

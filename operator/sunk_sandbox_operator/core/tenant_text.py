@@ -129,7 +129,7 @@ PARSERS: tuple[Parser, ...] = (
            "the annotation (256 KiB), 8 MiB inflated, nesting within Python's recursion limit",
            "read as unreadable and rebuilt (README: Threat model)", ("tenant_text.load_json",)),
     Parser("slurm.token_problem", "the Slurm JWT in the binding's Secret (its claims, decoded before sending)",
-           "16 KiB", "SlurmReady names the Secret, never the value", ("slurm._unb64",)),
+           "8 KiB", "SlurmReady names the Secret, never the value", ("slurm._unb64",)),
     Parser("pods.parse_time", "timestamps, the rolled-at annotation on the scheduler's pod template",
            "64 characters", "read as absent"),
     Parser("quantity.parse_quantity", "resource quantities of tenant pods (checked by the API server first)",
