@@ -243,13 +243,13 @@ def test_installed_from_the_registry_it_runs_the_released_image(helm, dist, dige
         kube.create_namespace(NS)
         health, metrics = devcluster.free_port(), devcluster.free_port()
         install = run([helm_bin, "--kubeconfig", cluster.kubeconfig, "install", RELEASE, published["chart"],
-                       "--version", __version__, "--plain-http", "--namespace", "default",
+                       "--version", __version__, "--plain-http", "--namespace", OPERATOR_NS, "--create-namespace",
                        "--set", f"image.repository={published['repository']}",
                        "--set", "tenancy.allowedApiUrls={http://127.0.0.1:*}",
                        "--set", f"healthPort={health}", "--set", f"metrics.port={metrics}"])
         assert "STATUS: deployed" in install.stdout, install.stdout
         made = [d for d in yaml.safe_load_all(run([helm_bin, "--kubeconfig", cluster.kubeconfig, "get", "manifest",
-                                                   RELEASE, "-n", "default"]).stdout) if d]
+                                                   RELEASE, "-n", OPERATOR_NS]).stdout) if d]
         (deployment,) = [d for d in made if d["kind"] == "Deployment"]
         (container,) = deployment["spec"]["template"]["spec"]["containers"]
         assert container["image"] == f"{published['repository']}@{digest}", "the release's image, by the SBOM's digest"

@@ -2,9 +2,10 @@
 proxy by `make helm helm4`); what runs `helm` runs once per major.
 
 - `helm lint --strict`, with the defaults and with every optional part on;
-- `helm template` with the default values renders the objects `kubectl kustomize manifests/`
-  renders (same kind, namespace, name and content; only Helm's own labels differ, and the CRD,
-  which the chart ships as the very file crds/ holds, lacks the labels kustomize adds), and with
+- `helm template -n sunk-sandbox-operator-system` with the default values renders the objects
+  `kubectl kustomize manifests/` renders but its Namespace (which `--create-namespace` stands for:
+  tests/integration/test_chart_habits.py renders it with `namespace.create`); same kind, namespace,
+  name and content, only Helm's own labels differ (and the CRD's `helm.sh/resource-policy`); and with
   the webhook and monitoring parts on, what the kustomize components add;
 - values do what the table says (namespaces bound, tenancy settings, webhook without
   cert-manager, refusals);
@@ -49,6 +50,8 @@ RELEASE = "sunk-sandbox-operator"
 # Labels Helm charts add that a kustomize install does not have.
 HELM_LABELS = {"helm.sh/chart", "app.kubernetes.io/managed-by", "app.kubernetes.io/instance", "app.kubernetes.io/version"}
 KUSTOMIZE_LABELS = {"app.kubernetes.io/name", "app.kubernetes.io/part-of"}  # manifests/kustomization.yaml `labels:`
+# The README's install: the operator in the release's namespace, which Helm creates.
+INSTALL = ["--namespace", OPERATOR_NS, "--create-namespace"]
 ALL_ON = ["--set", "webhook.enabled=true", "--set", "metrics.serviceMonitor.enabled=true",
           "--set", "monitoring.prometheusRule.enabled=true", "--set", "monitoring.dashboard.enabled=true"]
 # The tests that run helm run once per major; helm 4 is built after helm 3 in the background lane.
@@ -71,7 +74,7 @@ def helm(*args: str, kubeconfig: Path | None = None, check: bool = True, major: 
 
 
 def render(*args: str, major: int = 3) -> list[dict]:
-    out = helm("template", RELEASE, str(CHART), *args, major=major).stdout
+    out = helm("template", RELEASE, str(CHART), "--namespace", OPERATOR_NS, "--skip-tests", *args, major=major).stdout
     return [d for d in yaml.safe_load_all(out) if d]
 
 
@@ -93,10 +96,22 @@ def assert_same_objects(helm_docs: list[dict], kustomize_docs: list[dict]) -> No
     assert set(ours) == set(theirs), (sorted(set(ours) - set(theirs)), sorted(set(theirs) - set(ours)))
     for key, doc in ours.items():
         for label in HELM_LABELS - {"app.kubernetes.io/instance", "app.kubernetes.io/managed-by"}:
-            if key[0] != "CustomResourceDefinition":
-                assert label in doc["metadata"]["labels"], (key, label)
-        drop = HELM_LABELS | (KUSTOMIZE_LABELS if key[0] == "CustomResourceDefinition" else set())
-        assert without_labels(doc, drop) == without_labels(theirs[key], drop), key
+            assert label in doc["metadata"]["labels"], (key, label)
+        assert without_labels(without_keep(doc), HELM_LABELS) == without_labels(theirs[key], HELM_LABELS), key
+
+
+def without_keep(doc: dict) -> dict:
+    """The CRD without `helm.sh/resource-policy: keep` (crds.keep), Helm's own annotation."""
+    if doc["kind"] != "CustomResourceDefinition":
+        return doc
+    doc = copy.deepcopy(doc)
+    assert doc["metadata"].pop("annotations") == {"helm.sh/resource-policy": "keep"}
+    return doc
+
+
+def but_the_namespace(kustomize_docs: list[dict]) -> list[dict]:
+    """manifests/ makes the operator's Namespace; the chart installs into the release's (`--create-namespace`)."""
+    return [d for d in kustomize_docs if (d["kind"], d["metadata"]["name"]) != ("Namespace", OPERATOR_NS)]
 
 
 def overlay(tmp_path: Path, *components: str) -> Path:
@@ -138,17 +153,18 @@ def test_kube_version_is_the_oldest_tested_minor(major):
 
 @pytest.mark.parametrize("major", MAJORS)
 def test_default_values_render_the_kustomize_install(major):
-    docs = render("--include-crds", major=major)
-    assert_same_objects(docs, kustomize_build(MANIFESTS))
+    docs = render(major=major)
+    assert_same_objects(docs, but_the_namespace(kustomize_build(MANIFESTS)))
     (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
     assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == \
         f"ghcr.io/sunksandbox/sunk-sandbox-operator:{__version__}"
     (crd,) = [d for d in docs if d["kind"] == "CustomResourceDefinition"]
-    assert crd == yaml.safe_load((REPO / "crds" / "sunksandboxbindings.yaml").read_text())
+    assert without_labels(without_keep(crd), HELM_LABELS | KUSTOMIZE_LABELS) == \
+        yaml.safe_load((REPO / "crds" / "sunksandboxbindings.yaml").read_text())
 
 
 def test_the_optional_parts_render_the_kustomize_components(tmp_path):
-    assert_same_objects(render("--include-crds", *ALL_ON), kustomize_build(overlay(tmp_path, "webhook", "monitoring")))
+    assert_same_objects(render(*ALL_ON), but_the_namespace(kustomize_build(overlay(tmp_path, "webhook", "monitoring"))))
 
 
 def container(docs: list[dict]) -> dict:
@@ -321,7 +337,7 @@ def upgrade_waiting_for_the_rollout(kube: Kube, operator, *args: str) -> None:
     name, ns = DEPLOYMENT
     generation = kube.apps.read_namespaced_deployment(name, ns).metadata.generation
     proc = subprocess.Popen([helm_binary(4), "--kubeconfig", str(kube.cluster.kubeconfig), "upgrade", RELEASE,
-                             str(CHART), "--namespace", "default", "--wait", "--timeout", "90s", *args],
+                             str(CHART), "--namespace", OPERATOR_NS, "--wait", "--timeout", "90s", *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_for(lambda: kube.apps.read_namespaced_deployment(name, ns).metadata.generation > generation, 60,
@@ -348,9 +364,9 @@ def test_install_a_working_binding_upgrade_and_uninstall_leaves_only_the_crd(fre
     kube.create_namespace("tenant-slurm")  # the documented prerequisite
     cfg = fresh_cluster.kubeconfig
     values = ["--set", "tenancy.allowedApiUrls={http://127.0.0.1:*}"]
-    done = helm("install", RELEASE, str(CHART), "--namespace", "default", *values, kubeconfig=cfg, major=major)
+    done = helm("install", RELEASE, str(CHART), *INSTALL, *values, kubeconfig=cfg, major=major)
     assert "STATUS: deployed" in done.stdout, done.stdout
-    made = [d for d in yaml.safe_load_all(helm("get", "manifest", RELEASE, "-n", "default", kubeconfig=cfg,
+    made = [d for d in yaml.safe_load_all(helm("get", "manifest", RELEASE, "-n", OPERATOR_NS, kubeconfig=cfg,
                                                major=major).stdout) if d]
     assert ids(made) == ids(render(*values))
     crd = kube.ext.read_custom_resource_definition("sunksandboxbindings.sunksandbox.dev")
@@ -393,15 +409,15 @@ def test_install_a_working_binding_upgrade_and_uninstall_leaves_only_the_crd(fre
         if major == 4:
             upgrade_waiting_for_the_rollout(kube, operator, *upgrade)
         else:
-            done = helm("upgrade", RELEASE, str(CHART), "--namespace", "default", *upgrade, kubeconfig=cfg, major=3)
+            done = helm("upgrade", RELEASE, str(CHART), "--namespace", OPERATOR_NS, *upgrade, kubeconfig=cfg, major=3)
             assert "STATUS: deployed" in done.stdout, done.stdout
         live = kube.apps.read_namespaced_deployment(*DEPLOYMENT).spec.template.spec.containers[0].env
         assert {e.name: e.value for e in live}["SSB_MIN_RESYNC_INTERVAL"] == "1m"
-        assert "REVISION: 2" in helm("status", RELEASE, "-n", "default", kubeconfig=cfg, major=major).stdout
+        assert "REVISION: 2" in helm("status", RELEASE, "-n", OPERATOR_NS, kubeconfig=cfg, major=major).stdout
     finally:
         operator.stop()
 
-    done = helm("uninstall", RELEASE, "--namespace", "default", kubeconfig=cfg, major=major)
+    done = helm("uninstall", RELEASE, "--namespace", OPERATOR_NS, kubeconfig=cfg, major=major)
     assert "uninstalled" in done.stdout
     assert_only_the_crd_is_left(kube, made)
 
@@ -458,11 +474,10 @@ def assert_only_the_crd_is_left(kube: Kube, made: list[dict]) -> None:
             left.append((kind, ns, name, json.loads(got.stdout)["metadata"]))
         else:
             assert "NotFound" in got.stderr, got.stderr
-    # The Namespace is deleted; with no namespace controller here (no kube-controller-manager) it stays
-    # Terminating, holding what the operator wrote at run time (its released Lease), which that
-    # controller removes with it on a real cluster (and the settings it published for `doctor`).
-    assert [(k, ns, n) for k, ns, n, _ in left] == [("Namespace", None, OPERATOR_NS)]
-    assert left[0][3].get("deletionTimestamp")
+    # The CRD is kept (crds.keep); the namespace is Helm's `--create-namespace`, not the release's, so it
+    # stays with what the operator wrote at run time (its released Lease).
+    assert [(k, ns, n) for k, ns, n, _ in left] == [("CustomResourceDefinition", None, "sunksandboxbindings.sunksandbox.dev")]
+    assert not left[0][3].get("deletionTimestamp")
     remaining = set()
     for resource in ("configmaps", "leases.coordination.k8s.io", "secrets", "serviceaccounts", "roles",
                      "rolebindings", "services", "deployments", "poddisruptionbudgets", "networkpolicies"):
@@ -470,16 +485,16 @@ def assert_only_the_crd_is_left(kube: Kube, made: list[dict]) -> None:
         remaining.update(names)
     assert remaining <= {"lease.coordination.k8s.io/sunk-sandbox-operator",
                          "configmap/sunk-sandbox-operator-settings"}, remaining
-    assert not kube.kubectl("get", "secrets", "-n", "default", "-l", "owner=helm", "-o", "name").stdout.strip()
+    assert not kube.kubectl("get", "secrets", "-n", OPERATOR_NS, "-l", "owner=helm", "-o", "name").stdout.strip()
     for kind in ("clusterroles", "clusterrolebindings", "validatingwebhookconfigurations"):
         managed = kube.kubectl("get", kind, "-l", "app.kubernetes.io/managed-by=Helm", "-o", "name").stdout.strip()
         assert not managed, managed
-    for ns in ("tenant-slurm", "default"):
+    for ns in ("tenant-slurm", OPERATOR_NS):
         managed = kube.kubectl("get", "rolebindings,serviceaccounts,configmaps", "-n", ns,
                                "-l", "app.kubernetes.io/managed-by=Helm", "-o", "name").stdout.strip()
         assert not managed, managed
     crd = kube.ext.read_custom_resource_definition("sunksandboxbindings.sunksandbox.dev")
-    assert crd.metadata.deletion_timestamp is None, "Helm keeps the CRDs of crds/"
+    assert crd.metadata.deletion_timestamp is None, "crds.keep: helm.sh/resource-policy keep"
 
 
 # ---------------------------------------------------------------- server-side apply, the other way round
@@ -497,7 +512,7 @@ def test_helm4_takes_over_a_kustomize_install_without_a_conflict(fresh_cluster):
     assert applied.returncode == 0, applied.stderr
     assert managers(kube, "deployment", *DEPLOYMENT) == {"kubectl": "Apply"}
 
-    done = helm("install", RELEASE, str(CHART), "--namespace", "default", "--take-ownership", kubeconfig=cfg, major=4)
+    done = helm("install", RELEASE, str(CHART), *INSTALL, "--take-ownership", kubeconfig=cfg, major=4)
     assert "STATUS: deployed" in done.stdout, done.stdout
     for kind, ns, name in ids(render()):
         assert managers(kube, kind, name, ns).get("helm") == "Apply", (kind, ns, name)
@@ -506,7 +521,7 @@ def test_helm4_takes_over_a_kustomize_install_without_a_conflict(fresh_cluster):
 
     applied = apply_manifests(kube)  # and kustomize again over the release
     assert applied.returncode == 0, applied.stderr
-    done = helm("upgrade", RELEASE, str(CHART), "--namespace", "default", "--set", "tenancy.minResyncInterval=1m",
+    done = helm("upgrade", RELEASE, str(CHART), "--namespace", OPERATOR_NS, "--set", "tenancy.minResyncInterval=1m",
                 kubeconfig=cfg, major=4)
     assert "STATUS: deployed" in done.stdout, done.stdout
     live = kube.apps.read_namespaced_deployment(*DEPLOYMENT).spec.template.spec.containers[0].env
@@ -521,13 +536,13 @@ def test_a_helm3_release_moves_to_server_side_apply_under_helm4(fresh_cluster):
     kube = Kube(fresh_cluster)
     cfg = fresh_cluster.kubeconfig
     kube.create_namespace("tenant-slurm")
-    helm("install", RELEASE, str(CHART), "--namespace", "default", kubeconfig=cfg, major=3)
+    helm("install", RELEASE, str(CHART), *INSTALL, kubeconfig=cfg, major=3)
     applied = apply_manifests(kube)
     assert applied.returncode == 0, applied.stderr
 
-    helm("upgrade", RELEASE, str(CHART), "--namespace", "default", kubeconfig=cfg, major=4)
+    helm("upgrade", RELEASE, str(CHART), "--namespace", OPERATOR_NS, kubeconfig=cfg, major=4)
     assert managers(kube, "deployment", *DEPLOYMENT)["helm"] == "Update"
-    done = helm("upgrade", RELEASE, str(CHART), "--namespace", "default", "--server-side=true",
+    done = helm("upgrade", RELEASE, str(CHART), "--namespace", OPERATOR_NS, "--server-side=true",
                 "--set", "tenancy.minResyncInterval=1m", kubeconfig=cfg, major=4)
     assert "STATUS: deployed" in done.stdout, done.stdout
     assert managers(kube, "deployment", *DEPLOYMENT) == {"helm": "Apply", "kubectl": "Apply"}
@@ -535,7 +550,7 @@ def test_a_helm3_release_moves_to_server_side_apply_under_helm4(fresh_cluster):
     assert {e.name: e.value for e in live}["SSB_MIN_RESYNC_INTERVAL"] == "1m"
     # `auto` now applies (the release's method), and a value dropped is a field helm no longer applies:
     # removed, as helm was its only owner.
-    helm("upgrade", RELEASE, str(CHART), "--namespace", "default", "--reset-values", kubeconfig=cfg, major=4)
+    helm("upgrade", RELEASE, str(CHART), "--namespace", OPERATOR_NS, "--reset-values", kubeconfig=cfg, major=4)
     assert managers(kube, "deployment", *DEPLOYMENT) == {"helm": "Apply", "kubectl": "Apply"}
     env = {e.name for e in kube.apps.read_namespaced_deployment(*DEPLOYMENT).spec.template.spec.containers[0].env}
     assert "SSB_MIN_RESYNC_INTERVAL" not in env

@@ -56,6 +56,8 @@ def test_kustomize_build_of_manifests():
         ("Service", OPERATOR_NS, "sunk-sandbox-operator-metrics"),
         ("NetworkPolicy", OPERATOR_NS, "sunk-sandbox-operator"),
         ("ClusterRole", None, "sunk-scheduler-sandbox"),         # what the scheduler needs per listed namespace
+        ("ClusterRole", None, "sunk-sandbox-operator-view"),     # tenants: bindings in the built-in view,
+        ("ClusterRole", None, "sunk-sandbox-operator-edit"),     # edit and admin roles (aggregated)
     }
     for doc in docs:
         assert doc["metadata"]["labels"]["app.kubernetes.io/name"] == "sunk-sandbox-operator", doc["kind"]

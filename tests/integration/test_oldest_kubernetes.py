@@ -33,7 +33,7 @@ from tests.integration.test_crd import (test_bad_binding_rejected_by_kubectl_app
                                         test_bad_binding_rejected_with_field_named, test_crd_is_established,
                                         test_defaults_agree_with_models, test_explain_has_descriptions,
                                         test_minimal_binding_gets_defaults, test_printer_columns)
-from tests.integration.test_helm_chart import CHART, RELEASE, helm
+from tests.integration.test_helm_chart import CHART, INSTALL, RELEASE, helm
 from tests.integration.test_policy import test_binding_merges_policy_and_preserves_everything_else  # noqa: F401
 from tests.integration.test_webhook import (refused_before, webhook, webhook_ns,  # noqa: F401 - fixtures, tests
                                             webhook_operator, test_a_disallowed_api_url_is_denied_naming_the_field,
@@ -60,10 +60,10 @@ def cluster() -> Iterator:
 
 @pytest.fixture(scope="module")
 def kube(cluster) -> Kube:
-    """The chart installed by Helm 4, the CRD from its crds/ (Established before the first test)."""
+    """The chart installed by Helm 4 in the release's namespace, its CRD Established before the first test."""
     k = Kube(cluster)
     k.create_namespace("tenant-slurm")  # the documented prerequisite
-    done = helm("install", RELEASE, str(CHART), "--namespace", "default", kubeconfig=cluster.kubeconfig, major=4)
+    done = helm("install", RELEASE, str(CHART), *INSTALL, kubeconfig=cluster.kubeconfig, major=4)
     assert "STATUS: deployed" in done.stdout, done.stdout
 
     def established() -> bool:

@@ -450,3 +450,28 @@ def test_the_scheduler_clusterrole_has_what_a_secondary_scheduler_needs_in_a_nam
         | {("", "pods/binding", "create", None)}
         | {("", "pods/status", verb, None) for verb in ("patch", "update")}
         | {(group, "events", verb, None) for group in ("", "events.k8s.io") for verb in ("create", "patch", "update")})
+
+
+# Tenants' access through the built-in roles (manifests/rbac-tenants.yaml): ClusterRole -> the built-in
+# roles it aggregates to, and its rules. Never the status subresource (the operator's report).
+AGGREGATE = "rbac.authorization.k8s.io/aggregate-to-"
+EXPECTED_TENANT_ROLES = {
+    "sunk-sandbox-operator-view": ({"view", "edit", "admin"}, _rules((model.GROUP, model.PLURAL, "get list watch", ()))),
+    "sunk-sandbox-operator-edit": ({"edit", "admin"},
+                                   _rules((model.GROUP, model.PLURAL, "create update patch delete", ()))),
+}
+
+
+def test_tenant_roles_aggregate_bindings_into_the_built_in_roles(objects):
+    roles = {d["metadata"]["name"]: d for _, d in objects
+             if d["kind"] == "ClusterRole" and any(k.startswith(AGGREGATE) for k in d["metadata"].get("labels", {}))}
+    assert set(roles) == set(EXPECTED_TENANT_ROLES)
+    for name, (into, rules) in EXPECTED_TENANT_ROLES.items():
+        labels = roles[name]["metadata"]["labels"]
+        assert {k[len(AGGREGATE):] for k, v in labels.items() if k.startswith(AGGREGATE) and v == "true"} == into, name
+        assert flatten(roles[name]["rules"]) == rules, name
+        assert "aggregationRule" not in roles[name]
+    everything = set().union(*(rules for _, rules in EXPECTED_TENANT_ROLES.values()))
+    assert not {r for r in everything if r[1] != model.PLURAL}, "only the bindings: not /status, not /finalizers"
+    # view is read-only; what edit adds is every write but deletecollection (one deletion at a time).
+    assert {r[2] for r in EXPECTED_TENANT_ROLES["sunk-sandbox-operator-view"][1]} == {"get", "list", "watch"}
