@@ -102,10 +102,10 @@ async def reconcile(ctx: Context, state: BindingState, *, resync: bool = True) -
 
 
 async def _reconcile(ctx: Context, state: BindingState, resync: bool) -> None:
+    if await _paused(ctx, state):  # a request waits for the resume (which then reads everything)
+        return
     # A reconcile request is handled by this reconcile: its status write records it.
     state.handled_request = state.reconcile_request or state.handled_request
-    if await _paused(ctx, state):
-        return
     if state.live_spec is None:
         state.reconciled_generation = state.generation
         state.admitted = None
