@@ -21,6 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 DEVTOOLS_PATH = REPO / "operator"  # sunk_sandbox_devtools is not installed (not in the wheel)
 OPERATOR_NS = "sunk-sandbox-operator-system"
 OPERATOR_SA = "sunk-sandbox-operator"
+OPERATOR_USER = f"system:serviceaccount:{OPERATOR_NS}:{OPERATOR_SA}"
 
 
 def pytest_collection_modifyitems(config, items):
@@ -37,7 +38,8 @@ def pytest_collection_modifyitems(config, items):
 def cluster():
     from sunk_sandbox_devtools import devcluster
 
-    c = devcluster.temp_cluster()
+    # The API server audits the operator's requests (metadata only): tests check what it wrote.
+    c = devcluster.temp_cluster(audited_users=(OPERATOR_USER,))
     os.environ["SSB_TEST_KUBECONFIG"] = str(c.kubeconfig)
     try:
         yield c

@@ -8,6 +8,8 @@
 -- Progressing: no status yet, status older than the current generation, Ready missing or
 --              Unknown, or the binding is being deleted (policy restore in progress).
 -- Degraded:    Ready=False (current generation); message "<reason>: <message>".
+-- Suspended:   the annotation sunksandbox.dev/paused is "true" (the operator writes nothing for it);
+--              Progressing while the operator has not yet resumed one whose annotation is gone.
 hs = {}
 
 local function describe(cond, fallback)
@@ -36,19 +38,48 @@ if obj.metadata ~= nil and obj.metadata.deletionTimestamp ~= nil then
   return hs
 end
 
+local annotations = nil
+if obj.metadata ~= nil then
+  annotations = obj.metadata.annotations
+end
+local paused = annotations ~= nil and annotations["sunksandbox.dev/paused"] == "true"
+
+local function find_ready()
+  if obj.status == nil or obj.status.conditions == nil then
+    return nil
+  end
+  local found = nil
+  for _, cond in ipairs(obj.status.conditions) do
+    if cond.type == "Ready" then
+      found = cond
+    end
+  end
+  return found
+end
+
+if paused then
+  hs.status = "Suspended"
+  local acknowledged = find_ready()
+  if acknowledged ~= nil and acknowledged.reason == "Paused" then
+    hs.message = describe(acknowledged, "Paused")
+  else
+    hs.message = "Paused by the sunksandbox.dev/paused annotation; waiting for the operator to acknowledge"
+  end
+  return hs
+end
+
 if obj.status == nil then
   hs.status = "Progressing"
   hs.message = "Waiting for the operator to report status"
   return hs
 end
 
-local ready = nil
-if obj.status.conditions ~= nil then
-  for _, cond in ipairs(obj.status.conditions) do
-    if cond.type == "Ready" then
-      ready = cond
-    end
-  end
+local ready = find_ready()
+
+if ready ~= nil and ready.reason == "Paused" then
+  hs.status = "Progressing"
+  hs.message = "Resuming: the pause annotation was removed; waiting for the operator to reconcile"
+  return hs
 end
 
 local observed = obj.status.observedGeneration

@@ -132,6 +132,23 @@ def test_argocd_agrees_with_the_lupa_tests_on_every_sample(engine, argocd_cm, tm
     assert assess(engine, argocd_cm, tmp_path, objects) == [run_health(obj) for obj in objects]
 
 
+def test_a_paused_binding_is_suspended_as_argocd_shows_it(engine, argocd_cm, tmp_path):
+    """Argo CD's own engine (gopher-lua, its library set) reads the annotation and the Paused reason."""
+    from tests.unit.test_argocd_health import PAUSED_READY, paused
+
+    resumed = binding(3, full_status(PAUSED_READY))
+    objects = [paused(binding(3, full_status(PAUSED_READY))), paused(binding(3, None)), resumed,
+               paused(binding(3, full_status(READY)), "false")]
+    assert assess(engine, argocd_cm, tmp_path, objects) == [
+        {"status": "Suspended", "message": 'Paused: paused by the annotation sunksandbox.dev/paused="true"'},
+        {"status": "Suspended",
+         "message": "Paused by the sunksandbox.dev/paused annotation; waiting for the operator to acknowledge"},
+        {"status": "Progressing",
+         "message": "Resuming: the pause annotation was removed; waiting for the operator to reconcile"},
+        {"status": "Healthy", "message": "AllSynced: sandboxes of runner-7f3a go to slurm-scheduler"},
+    ]
+
+
 def test_a_binding_being_deleted_is_progressing_before_the_script_runs(engine, argocd_cm, tmp_path):
     """gitops-engine answers for any object with a deletionTimestamp ("Pending deletion") and never
     calls the script: health.lua's own deletion branch is for other engines (and lupa's tests)."""

@@ -196,3 +196,42 @@ def test_component_ships_the_script_under_the_argocd_key():
     assert generator["behavior"] == "merge"
     assert generator["options"]["disableNameSuffixHash"] is True
     assert generator["files"] == [f"{ARGOCD_KEY}=health.lua"]
+
+
+PAUSED_READY = condition("Ready", "False", "Paused", 'paused by the annotation sunksandbox.dev/paused="true"')
+
+
+def paused(obj: dict, value: str = "true") -> dict:
+    obj["metadata"]["annotations"] = {"sunksandbox.dev/paused": value}
+    return obj
+
+
+def test_paused_binding_is_suspended_with_the_operators_message():
+    assert run_health(paused(binding(3, full_status(PAUSED_READY)))) == {
+        "status": "Suspended", "message": 'Paused: paused by the annotation sunksandbox.dev/paused="true"'}
+
+
+def test_paused_before_the_operator_acknowledged_is_suspended():
+    # Also with a spec edited while paused (the operator observes no generation while paused).
+    for status in (None, full_status(condition("Ready", "True", "Ready", "fine"), observed=2)):
+        result = run_health(paused(binding(3, status)))
+        assert result["status"] == "Suspended"
+        assert "waiting for the operator to acknowledge" in result["message"]
+
+
+def test_only_the_value_true_pauses():
+    ready = condition("Ready", "True", "Ready", "fine")
+    assert run_health(paused(binding(3, full_status(ready)), "false"))["status"] == "Healthy"
+    assert run_health(paused(binding(3, full_status(ready)), "True"))["status"] == "Healthy"
+
+
+def test_resumed_but_not_yet_reconciled_is_progressing_not_degraded():
+    result = run_health(binding(3, full_status(PAUSED_READY)))
+    assert result["status"] == "Progressing"
+    assert result["message"].startswith("Resuming")
+
+
+def test_deleting_a_paused_binding_is_progressing():
+    obj = paused(binding(3, full_status(PAUSED_READY)))
+    obj["metadata"]["deletionTimestamp"] = "2025-01-01T00:00:00Z"
+    assert run_health(obj)["status"] == "Progressing"

@@ -84,7 +84,7 @@ def test_printer_columns_and_names():
     crd = load_crd()
     version = crd["spec"]["versions"][0]
     names = [c["name"] for c in version["additionalPrinterColumns"] if not c.get("priority")]
-    assert names == ["Runner", "Scheduler", "Partition", "Namespaces", "Ready", "Reason", "Age"]
+    assert names == ["Runner", "Scheduler", "Partition", "Namespaces", "Ready", "Reason", "Paused", "Age"]
     assert crd["spec"]["names"]["shortNames"] == ["ssb"]
     assert "sunk" in crd["spec"]["names"]["categories"]
     assert version["subresources"] == {"status": {}}

@@ -144,6 +144,7 @@ PRINTER_COLUMNS = [
     {"name": "Namespaces", "type": "integer", "jsonPath": ".status.scope.namespaceCount"},
     {"name": "Ready", "type": "string", "jsonPath": _cond("Ready", "status")},
     {"name": "Reason", "type": "string", "jsonPath": _cond("Ready", "reason")},
+    {"name": "Paused", "type": "boolean", "jsonPath": ".status.paused"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     {"name": "Mode", "type": "string", "jsonPath": ".spec.mode", "priority": 1},
     {"name": "Policy", "type": "string", "jsonPath": _cond("PolicySynced", "reason"), "priority": 1},

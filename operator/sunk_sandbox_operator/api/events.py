@@ -43,6 +43,8 @@ class EventReason(StrEnum):
     NON_NUMERIC_USER_ID = "NonNumericUserId", "Warning", "`sunk.coreweave.com/user-id` on a sandbox pod is not a numeric UID"
     GRACE_TOO_LONG = "GraceTooLong", "Warning", "a sandbox pod's grace period exceeds the scheduler's kill-wait"
     EXCLUSIVE_OK_ON_GPU = "ExclusiveOkOnGPU", "Warning", "a GPU sandbox pod carries `sunk.coreweave.com/exclusive: ok` (not for GPU pods)"
+    BINDING_PAUSED = "BindingPaused", "Normal", "`sunksandbox.dev/paused: \"true\"` was set: nothing is written for the binding until it is removed (once per pause)"
+    BINDING_RESUMED = "BindingResumed", "Normal", "the pause annotation was removed: the binding is reconciled at once (once per resume)"
     SLURM_TOKEN_EXPIRING = "SlurmTokenExpiring", "Warning", "the Slurm JWT of `spec.slurm.restAPI.tokenSecretRef` expires within the hour (its `exp`, read without verifying): the Secret and the time are named; once per token"
 
 

@@ -16,6 +16,9 @@ FINALIZER = f"{GROUP}/finalizer"
 # Set to any new value (e.g. `date`) to reconcile now; status.lastHandledReconcileAt echoes it
 # (External Secrets' force-sync, Flux's reconcile.fluxcd.io/requestedAt).
 RECONCILE_REQUEST_ANNOTATION = f"{GROUP}/reconcile-requested-at"
+# "true" (exactly, as Crossplane's crossplane.io/paused) stops every write for the binding until it is
+# removed (core/pause.py); deletion still restores.
+PAUSED_ANNOTATION = f"{GROUP}/paused"
 
 ANNOTATION_PREFIX = "sunk.coreweave.com/"
 PARTITION_ANNOTATION = ANNOTATION_PREFIX + "partition"

@@ -66,6 +66,10 @@ class Common(_Reason):
         "message names the step and the objects it read (e.g. a huge or malformed `slurm.conf` key, scheduler args "
         "or target document): shorten or fix them. The binding is reconciled again after a backoff (1 min, "
         "doubling to 30 min), not sooner, whatever changes, so no binding delays the others")
+    PAUSED = "Paused", (
+        "the binding carries `sunksandbox.dev/paused: \"true\"`: nothing is written for it (runner policy, scope "
+        "list, RoleBindings, scheduler rolls, status other than the pause) until the annotation is removed "
+        "(`kubectl annotate ssb NAME sunksandbox.dev/paused-`), which reconciles at once. Deletion still restores")
 
 
 class Ready(_Reason):

@@ -187,5 +187,7 @@ class BindingStatus(_Status):
     last_handled_reconcile_at: Optional[str] = Field(
         default=None, description="The value of the sunksandbox.dev/reconcile-requested-at annotation the last "
         "reconcile handled.")
+    paused: Optional[bool] = Field(default=None, description="True while the sunksandbox.dev/paused annotation "
+                                   "is \"true\" and honoured: nothing is written for the binding (absent otherwise).")
     conditions: list[Condition] = Field(default_factory=list, description="Ready, SchedulerReady, PolicySynced, ScopeSynced, GracePeriodSafe, SlurmReady, PlacementVerified.")
 

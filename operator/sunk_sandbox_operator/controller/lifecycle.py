@@ -23,6 +23,7 @@ from ..adapters.ownership import OwnershipStore
 from ..adapters.podwire import PodPageDecoder
 from ..api import keys
 from ..api.events import EventReason
+from ..core import pause
 from ..core import resync as resync_core
 from ..core.redact import describe
 from . import budget, process, reconcile, watch
@@ -133,9 +134,9 @@ def binding_event(ctx: Context, event_type: str | None, body: dict) -> None:
         return
     state = ctx.bindings.ensure(body)
     # Our own status patches come back as events too: only a spec change (generation), a reconcile
-    # request (the annotation's new value) or a deletion wakes the loop early; the rest waits.
+    # request (the annotation's new value), a pause or resume, or a deletion wakes the loop early.
     if state.generation != state.reconciled_generation or body.get("metadata", {}).get("deletionTimestamp") \
-            or state.reconcile_request != state.handled_request:
+            or state.reconcile_request != state.handled_request or pause.paused(body.get("metadata")) != state.paused:
         state.wake.set()
 
 

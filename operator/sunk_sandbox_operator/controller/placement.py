@@ -101,7 +101,10 @@ def observe(ctx: Context, kind: str, pod: placement.PodRecord
 
 
 def hazard_event(ctx: Context, state: BindingState, kind: str, pod_ref: str) -> None:
-    """At most one Warning per hazard kind per binding per interval (no event storms under churn)."""
+    """At most one Warning per hazard kind per binding per interval (no event storms under churn);
+    none while paused (nothing is written for it)."""
+    if state.paused:
+        return
     now = ctx.monotonic()
     if now - state.placement.hazard_events.get(kind, -1e9) < ctx.config.hazard_event_interval_seconds:
         return

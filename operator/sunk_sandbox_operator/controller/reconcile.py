@@ -13,7 +13,7 @@ from ..api.events import EventReason
 from ..adapters import kube as k
 from ..adapters import scheduler as sched
 from ..api.reasons import CONDITION_TYPES, Common, ConditionType, PolicySynced
-from ..core import conflicts, resync, tenancy
+from ..core import conflicts, pause, resync, tenancy
 from ..core.scheduler import discovery as scheduler
 from ..core.budget import heaviest
 from ..core.compose import Part
@@ -120,6 +120,8 @@ async def reconcile(ctx: Context, state: BindingState, *, resync: bool = True) -
 
 
 async def _reconcile(ctx: Context, state: BindingState, resync: bool) -> None:
+    if await _paused(ctx, state):  # a request waits for the resume (which then reads everything)
+        return
     # A reconcile request is handled by this reconcile: its status write records it.
     if state.reconcile_request is not None and state.reconcile_request != state.handled_request:
         state.request_honoured_at = ctx.monotonic()
@@ -179,6 +181,22 @@ async def _reconcile(ctx: Context, state: BindingState, resync: bool) -> None:
     await flush(ctx, state)
     ctx.depends.refresh()  # the scheduler namespace or the target may have moved: watch what it reads now
     slurm_poll.pollers(ctx).refresh()  # ... and poll the slurmrestd it names now
+
+
+async def _paused(ctx: Context, state: BindingState) -> bool:
+    """Is the binding paused (core/pause.py)? Decided once per wake, under the scope loops' locks (a
+    wake in flight ends first; the next one sees it). Then the status records the pause and nothing
+    else is read or written; the one event of a pause, or of a resume, is posted here."""
+    async with scope.held(ctx, state):
+        now = state.paused = pause.paused(state.body.get("metadata"))
+    event = pause.transition(now, state.status)
+    if event is not None:
+        ctx.event(state, event, pause.MESSAGE if now else "the pause annotation was removed: reconciling now")
+    if not now:
+        return False
+    state.policy.read_key = None  # the resume reads the runner again
+    await flush(ctx, state)
+    return True
 
 
 async def _refused(ctx: Context, state: BindingState) -> bool:

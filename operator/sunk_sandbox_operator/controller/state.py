@@ -164,6 +164,7 @@ class BindingState:
     reconciled_generation: int | None = None
     handled_request: str | None = None                   # the reconcile-requested-at value last handled
     request_honoured_at: float | None = None             # when (monotonic) a reconcile last handled a new one
+    paused: bool = False                                 # the pause as the last reconcile decided it (core/pause.py)
     failures: int = 0                                    # consecutive transient policy failures
     policy: PolicyMemory = field(default_factory=PolicyMemory)
     scope: ScopeMemory | None = None
@@ -248,8 +249,9 @@ class BindingState:
 
     @property
     def active(self) -> bool:
-        """Reconciled at least once, parsed, not deleted, and not the younger of two on a runner."""
-        return self.spec is not None and not self.deleted and self.conflict_checked and not self.conflict
+        """Reconciled at least once, parsed, not deleted, not paused, and not the younger of two on a runner."""
+        return (self.spec is not None and not self.deleted and self.conflict_checked and not self.conflict
+                and not self.paused)
 
     def close(self) -> None:
         """Stop everything pending for this binding: its scope loops and status flushes, and every

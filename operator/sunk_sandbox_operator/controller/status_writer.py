@@ -15,7 +15,7 @@ from typing import Callable
 from ..adapters import kube as k
 from ..adapters import logfields
 from ..api.reasons import CONDITION_TYPES, Common, ConditionType
-from ..core import compose, resync
+from ..core import compose, pause, resync
 from ..core import conditions as c
 from . import runner_proof
 from .coalescer import Coalescer
@@ -30,18 +30,21 @@ async def flush(ctx: Context, state: BindingState) -> bool:
     async with state.flush_lock:
         if state.deleted:
             return False
-        if any(t not in state.parts for t in CONDITION_TYPES[1:]):
+        paused = pause.MESSAGE if state.paused else None  # then only the pause is written (core/pause.py)
+        if not paused and any(t not in state.parts for t in CONDITION_TYPES[1:]):
             # Not every concern has been observed since this process started (a restart, a new
             # leader): composing now would flip conditions to NotReconciled and back. Wait.
             return False
         ctx.failpoints.hit("before-status-flush")
-        parts = [state.parts[t] for t in CONDITION_TYPES[1:]]
+        parts = pause.parts() if paused else [state.parts[t] for t in CONDITION_TYPES[1:]]
         # The generation the parts were computed for: a spec edited since is not observed yet.
         generation = state.reconciled_generation if state.reconciled_generation is not None else state.generation
+        if paused and state.reconciled_generation is None:  # paused since this process started: not observed
+            generation = state.status.get("observedGeneration") or generation
         note = resync.decide(state.spec.resync_interval, ctx.config.min_resync_seconds).note if state.spec else None
         runner = runner_proof.section(state)
         new = compose.compose(state.status, parts, generation, ctx.now_iso(), state.handled_request, note,
-                              {"runner": runner} if runner is not None else None)
+                              {"runner": runner} if runner is not None else None, paused)
         if compose.without_volatile(new) == compose.without_volatile(state.status):
             return False
         patch = compose.merge_patch(state.status, new)
@@ -69,7 +72,7 @@ def request_flush(ctx: Context, state: BindingState,
         async def run() -> None:
             if state.deleted:
                 return
-            if before is not None and state.spec is not None:
+            if before is not None and state.spec is not None and not state.paused:
                 before(ctx, state)
             await flush(ctx, state)
 
@@ -81,11 +84,13 @@ def request_flush(ctx: Context, state: BindingState,
 
 def condition_events(ctx: Context, state: BindingState, old: list[dict], new: list[dict]) -> None:
     """One event per condition whose status flipped, or whose reason changed while False; a first
-    state only when False."""
+    state only when False. Not into or out of a pause: that has its one event (controller/reconcile.py)."""
     for cond in new:
-        if cond["type"] == ConditionType.READY or cond.get("reason") == Common.NOT_RECONCILED:
+        if cond["type"] == ConditionType.READY or cond.get("reason") in (Common.NOT_RECONCILED, Common.PAUSED):
             continue
         before = c.find(old, cond["type"])
+        if before and before.get("reason") == Common.PAUSED:
+            continue
         if (before is None or before.get("reason") == Common.NOT_RECONCILED) and cond["status"] != "False":
             continue
         # True→True reason changes (e.g. DriftCorrected) come with their own explicit event.

@@ -27,15 +27,20 @@ class Part:
 
 def compose(prev: dict[str, Any] | None, parts: list[Part], generation: int | None, now: str,
             handled_request: str | None = None, ready_note: str | None = None,
-            sections: dict[str, Any] | None = None) -> dict[str, Any]:
+            sections: dict[str, Any] | None = None, paused: str | None = None) -> dict[str, Any]:
     """The new status: sections replaced by the parts that own them (and by `sections`, those no
     condition owns: status.runner), conditions updated, Ready derived (its message ending with
     `ready_note`, if any). `generation` is the one the parts were computed for (the admitted spec's),
-    not the live one."""
+    not the live one. `paused` (the pause's message): `paused: true` and Ready False/Paused
+    (core/pause.py)."""
     prev = prev or {}
     out: dict[str, Any] = {k: v for k, v in prev.items() if k not in ("conditions", "observedGeneration")}
     if handled_request is not None:
         out["lastHandledReconcileAt"] = handled_request
+    if paused:
+        out["paused"] = True
+    else:
+        out.pop("paused", None)
     conds = list(prev.get("conditions") or [])
     if not conds:
         conds = c.initial(generation, now)
@@ -49,7 +54,7 @@ def compose(prev: dict[str, Any] | None, parts: list[Part], generation: int | No
     out.update(sections or {})
     # observedGeneration of untouched conditions follows too: every condition was re-evaluated.
     conds = [{**cond, "observedGeneration": generation} if generation is not None else cond for cond in conds]
-    conds = c.with_ready(conds, generation, now, ready_note)
+    conds = c.with_ready(conds, generation, now, ready_note, paused)
     if generation is not None:
         out["observedGeneration"] = generation
     out["conditions"] = conds

@@ -73,10 +73,11 @@ def ready(conditions: list[dict[str, Any]]) -> tuple[Status, str, str]:
 
 
 def with_ready(conditions: list[dict[str, Any]], generation: int | None, now: str,
-               note: str | None = None) -> list[dict[str, Any]]:
+               note: str | None = None, paused: str | None = None) -> list[dict[str, Any]]:
     """Ready derived from the others; `note` (a setting that changed what the spec asks, e.g. the
-    resync floor) ends its message, whatever its status."""
-    status, reason, message = ready(conditions)
+    resync floor) ends its message, whatever its status. `paused` (the pause's message): Ready is
+    False with reason Paused, whatever the others say (core/pause.py)."""
+    status, reason, message = ("False", Common.PAUSED, paused) if paused else ready(conditions)
     if note:
         message = f"{message}; note: {note}"
     return set_condition(conditions, ConditionType.READY, status, reason, message, generation, now)
