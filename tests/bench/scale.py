@@ -194,10 +194,13 @@ class Rollouts:
                 gen = dep.metadata.generation
                 if ((dep.status and dep.status.observed_generation) or 0) >= gen:
                     continue
+                if gen not in seen:
+                    log(f"scheduler template generation {gen} (a roll)")
                 first = seen.setdefault(gen, time.monotonic())
                 if time.monotonic() - first >= self.seconds:
                     self.roll_out(self.kube, SLURM_NS, SCHEDULER_DEPLOYMENT)
                     self.rolled += 1
+                    log(f"scheduler generation {gen} rolled out and Ready")
             except Exception:  # the API server busy under the burst: the next look
                 continue
 
@@ -630,6 +633,7 @@ def phase_trickle(kube: Kube, bulk: Bulk, operator, n: int = 15, every: float = 
     gen0, _ = scheduler_rolls(kube)
     slo = PlacementSLO(operator)
     t0 = time.monotonic()
+    log(f"trickle: {n} namespaces, one every {every:g} s")
     for i in range(n):
         bulk.namespaces([f"ds-trickle-{i:03d}"], MATCH_LABELS)
         time.sleep(max(0.0, t0 + every * (i + 1) - time.monotonic()))

@@ -108,10 +108,29 @@ def test_what_the_scheduler_runs() -> None:
     rolls = RollSettings(can_roll=True, pod_selector={"matchLabels": {"app": "s"}})
     listed = ("a", "b")
     on = deployment(hash_of=listed)
-    assert running(RollObservation(rolls, listed, workloads=(on,))) == {"a", "b"}
-    assert running(RollObservation(rolls, listed, workloads=(deployment(hash_of=("a",)),))) == ()  # not rolled yet
-    assert running(RollObservation(rolls, listed, workloads=(deployment(hash_of=listed, available=0),))) == ()
-    assert running(RollObservation(rolls, listed, workloads=None)) == ()  # could not look
-    assert running(RollObservation(rolls, listed, workloads=())) is None  # nothing runs it: not ours to roll
-    assert running(RollObservation(RollSettings(can_roll=True, restart=False), listed, workloads=(on,))) is None
-    assert running(RollObservation(rolls, None)) is None
+    assert running(RollObservation(rolls, listed, workloads=(on,)), {}) == {"a", "b"}
+    assert running(RollObservation(rolls, listed, workloads=(deployment(hash_of=("a",)),)), {}) == ()  # not rolled yet
+    assert running(RollObservation(rolls, listed, workloads=(deployment(hash_of=listed, available=0),)), {}) == ()
+    assert running(RollObservation(rolls, listed, workloads=None), {}) == ()  # could not look
+    assert running(RollObservation(rolls, listed, workloads=()), {}) is None  # nothing runs it: not ours to roll
+    assert running(RollObservation(RollSettings(can_roll=True, restart=False), listed, workloads=(on,)), {}) is None
+    assert running(RollObservation(rolls, None), {}) is None
+    # A trickle: the list changed again since the roll; the roll's namespaces are placeable once it is Ready.
+    earlier = deployment(hash_of=("a",))
+    assert running(RollObservation(rolls, ("a", "b", "c"), workloads=(earlier,)), {scope_hash(("a",)): {"a"}}) == {"a"}
+
+
+def test_a_roll_remembers_the_waiting_namespaces_it_was_for() -> None:
+    c = PlacementClock()
+    for ns in ("a", "b"):
+        c.created(ns, T0, T0)
+    c.listed({"a"}, T0 + 1)
+    c.granted(None, T0 + 1)
+    c.rolled_for("h1", {"a", "x"})
+    assert c.rolls == {"h1": {"a", "b"} & {"a", "x"}}
+    c.listed({"a", "b"}, T0 + 2)
+    c.granted(None, T0 + 2)
+    assert c.rolled(c.rolls["h1"], T0 + 10) == [Placed("a", 10.0, "rolled")]  # b waits for the next roll
+    for i in range(6):
+        c.rolled_for(f"h{i + 2}", {"b"})
+    assert len(c.rolls) == 4 and "h7" in c.rolls

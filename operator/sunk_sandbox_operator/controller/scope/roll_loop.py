@@ -38,6 +38,8 @@ async def run(ctx: Context, state: BindingState, *, periodic: bool = False) -> N
         obs = await _observe(ctx, state, mem, facts.target(ctx, state, mem), periodic)
         step = decide(obs, loop.latest)
         loop.latest = await _act(ctx, state, obs.settings.namespace, step)
+        if step.patch is not None and step.patch.hash is not None and loop.latest.problem is None:
+            slo.rolled_for(mem, step.patch.hash, obs.values)
         poll = slo.rolled(ctx, state, mem, obs)  # (a patch made now is seen at the next look)
         facts.wake_in(ctx, loop, step.wake if poll is None else min(poll, step.wake or poll))
 

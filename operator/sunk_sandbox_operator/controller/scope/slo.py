@@ -58,8 +58,14 @@ def rolled(ctx: Context, state: BindingState, mem: ScopeMemory, obs: RollObserva
     if not mem.slo.waiting:
         return None
     now = ctx.wall()
-    _observe(ctx, state, mem.slo.rolled(running(obs), now) + mem.slo.expire(now))
+    _observe(ctx, state, mem.slo.rolled(running(obs, mem.slo.rolls), now) + mem.slo.expire(now))
     return POLL_SECONDS if mem.slo.awaits("rolled") else None
+
+
+def rolled_for(mem: ScopeMemory, hash_: str, values: Collection[str] | None) -> None:
+    """The roll loop patched the template to `hash_`, the hash of `values`."""
+    if mem.slo.waiting and values is not None:
+        mem.slo.rolled_for(hash_, values)
 
 
 def _observe(ctx: Context, state: BindingState, placed: list[Placed]) -> None:

@@ -34,6 +34,7 @@ STAGES = ("listed", "granted", "rolled")
 MAX_WAITING = 10_000       # namespaces timed at once, per binding
 FRESH_SECONDS = 300.0      # a namespace created longer ago than this when first seen is not timed
 GIVE_UP_SECONDS = 900.0    # observed as it is (slow) when not placeable this long after creation
+ROLLS_KEPT = 4             # the rolls whose waiting namespaces are remembered
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,14 @@ class PlacementClock:
         self.limit = limit
         self.waiting: dict[str, _Waiting] = {}
         self.untimed = 0   # namespaces not timed because `limit` were waiting
+        # The waiting namespaces each of the last rolls (by the template's scope hash) was for: the
+        # list may change again before that rollout is Ready (a trickle), the template keeps only a hash.
+        self.rolls: dict[str, frozenset[str]] = {}
+
+    def rolled_for(self, hash_: str, values: Collection[str]) -> None:
+        """The operator rolled the scheduler onto `values` (the template's hash `hash_`)."""
+        self.rolls = {**dict(list(self.rolls.items())[-(ROLLS_KEPT - 1):]),
+                      hash_: frozenset(ns for ns in self.waiting if ns in values)}
 
     def created(self, namespace: str, created: float | None, now: float) -> None:
         """A namespace that belongs was just created (a watch ADDED event)."""
@@ -149,9 +158,10 @@ class PlacementClock:
         return Placed(ns, max(0.0, now - w.created), dominant, given_up)
 
 
-def running(obs: RollObservation) -> Collection[str] | None:
-    """What the roll loop saw the scheduler run, for `PlacementClock.rolled`: the list, once the
-    workload's template carries that list's hash and has rolled out Ready; () while not (yet); None
+def running(obs: RollObservation, rolls: Mapping[str, Collection[str]]) -> Collection[str] | None:
+    """What the roll loop saw the scheduler run, for `PlacementClock.rolled`: once the workload's
+    template has rolled out Ready, the list its hash stands for (the list now, or one of `rolls`, the
+    operator's last rolls); () while not (yet), or for a list not known; None
     when the operator does not roll this scheduler (no workload, restartScheduler false, Observe, a
     target its own tool re-renders, scope type cluster)."""
     s = obs.settings
@@ -163,6 +173,7 @@ def running(obs: RollObservation) -> Collection[str] | None:
     if workload is None:
         return None
     template = ((workload.get("spec") or {}).get("template") or {}).get("metadata") or {}
-    if (template.get("annotations") or {}).get(SCOPE_HASH_ANNOTATION) != scope_hash(obs.values):
+    have = (template.get("annotations") or {}).get(SCOPE_HASH_ANNOTATION)
+    if not isinstance(have, str) or not rolled_out(workload):
         return ()
-    return frozenset(obs.values) if rolled_out(workload) else ()
+    return frozenset(obs.values) if have == scope_hash(obs.values) else rolls.get(have, ())
