@@ -21,6 +21,13 @@ created before the operator starts (as its own ServiceAccount, JSON logs). Then:
 4. pod churn: C pods created, then patched (a label), then deleted: operator CPU per 1,000 pod
    events and log lines per event.
 
+Placement SLO (README: Placement SLO): for the burst and the trickle, the operator's own
+ssb_placement_ready_seconds (creation -> listed -> granted -> the scheduler rolled onto a list holding
+the namespace and Ready) as p50 / p99 over its buckets (histogram_quantile's interpolation) and the
+count per dominant stage. The control plane has no controller-manager: a harness thread plays the
+Deployment controller, marking each new scheduler template rolled out and Ready `--rollout-seconds`
+after it appears (a scheduler pod's restart; 5 s by default).
+
 Every phase has a timeout; a phase that fails or times out says so in its cell. Goals are printed
 beside the figures, never asserted: the exit status is 0 once the table is printed.
 """
@@ -104,6 +111,102 @@ class Snapshot:
         self.scope = metric(text, "ssb_scope_writes_total", binding=BINDING_REF)
         self.reconciles = metric(text, "ssb_reconciles_total", handler="binding")
         self.pod_events = metric(text, "ssb_sandbox_pod_events_total")
+
+
+PLACEMENT = "ssb_placement_ready_seconds"
+
+
+def placement(text: str) -> tuple[dict[float, float], dict[str, float]]:
+    """The placement histogram's cumulative buckets (le -> count) and its count per stage."""
+    buckets: dict[float, float] = {}
+    stages: dict[str, float] = {}
+    for m in re.finditer(r"^" + PLACEMENT + r"_(bucket|count)\{([^}]*)\} (\S+)$", text, re.M):
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2)))
+        if m.group(1) == "bucket":
+            le = float(labels["le"])
+            buckets[le] = buckets.get(le, 0.0) + float(m.group(3))
+        else:
+            stages[labels["stage"]] = stages.get(labels["stage"], 0.0) + float(m.group(3))
+    return buckets, stages
+
+
+def bucket_quantile(q: float, buckets: dict[float, float]) -> float | None:
+    """Prometheus' histogram_quantile over cumulative buckets (linear within a bucket)."""
+    bounds = sorted(buckets)
+    if not bounds or buckets[bounds[-1]] <= 0:
+        return None
+    rank, prev_le, prev_n = q * buckets[bounds[-1]], 0.0, 0.0
+    for le in bounds:
+        n = buckets[le]
+        if n >= rank:
+            if le == float("inf"):
+                return prev_le
+            return prev_le + (le - prev_le) * ((rank - prev_n) / (n - prev_n) if n > prev_n else 1.0)
+        prev_le, prev_n = le, n
+    return prev_le
+
+
+class PlacementSLO:
+    """The operator's placement observations between two scrapes."""
+
+    def __init__(self, operator) -> None:
+        self.operator = operator
+        self.before = placement(operator.metrics())
+
+    def count(self) -> float:
+        return sum(placement(self.operator.metrics())[1].values()) - sum(self.before[1].values())
+
+    def wait(self, n: int, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while self.count() < n and time.monotonic() < deadline:
+            time.sleep(0.5)
+
+    def cell(self, n: int) -> str:
+        buckets, stages = placement(self.operator.metrics())
+        delta = {le: c - self.before[0].get(le, 0.0) for le, c in buckets.items()}
+        by_stage = {k: v - self.before[1].get(k, 0.0) for k, v in stages.items()}
+        total = sum(by_stage.values())
+        if total <= 0:
+            return f"none of {n} observed"
+        p50, p99 = bucket_quantile(0.5, delta), bucket_quantile(0.99, delta)
+        stages_text = ", ".join(f"{k} {v:.0f}" for k, v in sorted(by_stage.items()) if v)
+        return f"p50 {p50:.1f} s / p99 {p99:.1f} s; {total:.0f}/{n} observed (dominant: {stages_text})"
+
+
+class Rollouts:
+    """Plays the Deployment controller for the scheduler: a new template is rolled out and Ready
+    `seconds` after it appears."""
+
+    def __init__(self, kube: Kube, seconds: float) -> None:
+        from tests.integration.conftest import roll_out
+
+        self.kube, self.seconds, self.roll_out = kube, seconds, roll_out
+        self.rolled = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="rollouts")
+        self._thread.start()
+
+    def _run(self) -> None:
+        seen: dict[int, float] = {}
+        while not self._stop.wait(0.2):
+            try:
+                dep = self.kube.apps.read_namespaced_deployment(SCHEDULER_DEPLOYMENT, SLURM_NS)
+                gen = dep.metadata.generation
+                if ((dep.status and dep.status.observed_generation) or 0) >= gen:
+                    continue
+                if gen not in seen:
+                    log(f"scheduler template generation {gen} (a roll)")
+                first = seen.setdefault(gen, time.monotonic())
+                if time.monotonic() - first >= self.seconds:
+                    self.roll_out(self.kube, SLURM_NS, SCHEDULER_DEPLOYMENT)
+                    self.rolled += 1
+                    log(f"scheduler generation {gen} rolled out and Ready")
+            except Exception:  # the API server busy under the burst: the next look
+                continue
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
 
 
 # ---------------------------------------------------------------- the admin client for bulk work
@@ -449,10 +552,11 @@ def phase_start(kube: Kube, operator, started: float, pods: int, timeout: float)
                  f"{fmt(pods_at)}); {cpu:.1f} CPU-s"), seconds
 
 
-def phase_burst(kube: Kube, bulk: Bulk, operator, n: int) -> tuple[str, str, str]:
+def phase_burst(kube: Kube, bulk: Bulk, operator, n: int) -> tuple[str, str, str, str]:
     names = [f"ds-burst-{i:05d}" for i in range(n)]
     gen0, _ = scheduler_rolls(kube)
     before = Snapshot(operator)
+    slo = PlacementSLO(operator)
     ours = ListWatch(kube, SLURM_NS, CM, names)
     bare = ListWatch(kube, BARE_NS, BARE_CM, names)
     created: dict[str, float] = {}
@@ -476,8 +580,10 @@ def phase_burst(kube: Kube, bulk: Bulk, operator, n: int) -> tuple[str, str, str
         if w.pending:
             text += f"; {len(w.pending)}/{n} NOT listed after {timeout:.0f} s"
         return text
+    rolls = rolls_until_on_list(kube, gen0)
+    slo.wait(n, 120.0)
     return (cell(ours, f"{writes:.0f} ConfigMap writes ({ours.versions} versions seen)"),
-            cell(bare, f"{bare.versions} ConfigMap writes"), rolls_until_on_list(kube, gen0))
+            cell(bare, f"{bare.versions} ConfigMap writes"), rolls, slo.cell(n))
 
 
 def phase_resync(kube: Kube, operator, emulator, runner_id: str, resyncs: int = 3) -> str:
@@ -523,13 +629,17 @@ def rolls_until_on_list(kube: Kube, gen0: int, timeout: float = 45.0) -> str:
         time.sleep(0.2)
 
 
-def phase_trickle(kube: Kube, bulk: Bulk, n: int = 15, every: float = 2.0) -> str:
+def phase_trickle(kube: Kube, bulk: Bulk, operator, n: int = 15, every: float = 2.0) -> tuple[str, str]:
     gen0, _ = scheduler_rolls(kube)
+    slo = PlacementSLO(operator)
     t0 = time.monotonic()
+    log(f"trickle: {n} namespaces, one every {every:g} s")
     for i in range(n):
         bulk.namespaces([f"ds-trickle-{i:03d}"], MATCH_LABELS)
         time.sleep(max(0.0, t0 + every * (i + 1) - time.monotonic()))
-    return f"{rolls_until_on_list(kube, gen0)} for {n} namespaces one every {every:.0f} s (was {n})"
+    rolls = f"{rolls_until_on_list(kube, gen0)} for {n} namespaces one every {every:.0f} s (was {n})"
+    slo.wait(n, 90.0)
+    return rolls, slo.cell(n)
 
 
 def phase_churn(bulk: Bulk, operator, namespaces: list[str], c: int) -> tuple[str, list[str]]:
@@ -592,6 +702,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=12, help="concurrent admin requests; default 12")
     parser.add_argument("--grant", action="store_true", help="the README example: scope.grantClusterRole "
                         "sunk-scheduler-sandbox (one RoleBinding per matching namespace)")
+    parser.add_argument("--rollout-seconds", type=float, default=5.0, help="a new scheduler template is rolled "
+                        "out and Ready this long after it appears (the harness plays the Deployment controller); "
+                        "default 5")
     args = parser.parse_args(argv)
 
     from sunk_sandbox_devtools.devcluster import OperatorProcess
@@ -610,6 +723,7 @@ def main(argv: list[str] | None = None) -> int:
             kube.core.create_namespaced_config_map(BARE_NS, {"metadata": {"name": BARE_CM},
                                                              "data": {KEY: BARE_DOC}})
             runner_id, matching = populate(kube, bulk, emulator, args.namespaces, args.pods)
+            rollouts = Rollouts(kube, args.rollout_seconds)
 
             ready = mp.Event()
             bare = mp.Process(target=bare_loop, args=(str(cluster.kubeconfig), ready, stop_bare), daemon=True)
@@ -628,7 +742,7 @@ def main(argv: list[str] | None = None) -> int:
             phases = [
                 ("start", lambda: phase_start(kube, operator, started, args.pods, 60 + args.pods / 250)),
                 ("burst", lambda: phase_burst(kube, bulk, operator, args.burst)),
-                ("trickle", lambda: phase_trickle(kube, bulk)),
+                ("trickle", lambda: phase_trickle(kube, bulk, operator)),
                 ("resync", lambda: phase_resync(kube, operator, emulator, runner_id)),
                 ("churn", lambda: phase_churn(bulk, operator, matching, args.churn)),
             ]
@@ -655,6 +769,7 @@ def main(argv: list[str] | None = None) -> int:
                 elif name == "churn" and isinstance(cells[name], tuple):
                     cells[name], top_churn = cells[name]
             final_mem = memory_kib(operator.proc.pid) if operator.proc.poll() is None else {}
+            rollouts.stop()
         finally:
             stop_bare.set()
             if bare is not None:
@@ -685,7 +800,10 @@ def main(argv: list[str] | None = None) -> int:
           f"p50 / p95 / p99; ConfigMap writes | {pick('burst', 0)} | {pick('burst', 1)} | "
           f"p50 and p99 ≤ 1.5× the bare loop, p99 ≤ 2 s |")
     print(f"| scheduler rolls during the burst (until it runs the whole list) | {pick('burst', 2)} | — | ≤ 2 |")
-    print(f"| scheduler rolls for a trickle | {pick('trickle')} | — | ≤ 2 |")
+    print(f"| placement SLO, burst: creation → listed → granted → scheduler rolled and Ready "
+          f"(ssb_placement_ready_seconds) | {pick('burst', 3)} | — | p99 ≤ 60 s (the objective) |")
+    print(f"| scheduler rolls for a trickle | {pick('trickle', 0)} | — | ≤ 2 |")
+    print(f"| placement SLO, trickle | {pick('trickle', 1)} | — | p99 ≤ 60 s (the objective) |")
     print(f"| no-op resync at the listed size: writes; operator CPU per resync | {pick('resync')} | — | "
           f"0 writes, ≤ 0.2 CPU-s |")
     print(f"| pod churn ({args.churn} pods created, updated, deleted): operator CPU per 1,000 events; log lines "
@@ -698,7 +816,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"harness CPU {usage.ru_utime + usage.ru_stime:.1f} s; wall time {wall:.0f} s; operator log "
           f"{work / 'operator.log'}")
     print(f"this run:  PYTHONPATH=operator .venv/bin/python -m tests.bench.scale --namespaces {args.namespaces} "
-          f"--pods {args.pods} --burst {args.burst} --churn {args.churn}{' --grant' if args.grant else ''}")
+          f"--pods {args.pods} --burst {args.burst} --churn {args.churn}{' --grant' if args.grant else ''} "
+          f"--rollout-seconds {args.rollout_seconds:g}")
     print(f"full size: PYTHONPATH=operator .venv/bin/python -m tests.bench.scale {FULL}")
     return 0
 

@@ -118,6 +118,17 @@ def make_scheduler(kube: Kube, ns: str, *, name: str = "slurm-scheduler", style:
     set_pod_ready(kube, ns, pod.metadata.name, ready)
 
 
+def roll_out(kube: Kube, ns: str, name: str = "slurm-scheduler") -> int:
+    """Play the Deployment controller (the test control plane runs none): the Deployment's current
+    template rolled out, every replica updated and available. Returns the generation rolled out."""
+    dep = kube.apps.read_namespaced_deployment(name, ns)
+    n = dep.spec.replicas if dep.spec.replicas is not None else 1
+    kube.apps.patch_namespaced_deployment_status(name, ns, {"status": {
+        "observedGeneration": dep.metadata.generation, "replicas": n, "updatedReplicas": n, "readyReplicas": n,
+        "availableReplicas": n}})
+    return dep.metadata.generation
+
+
 def set_pod_ready(kube: Kube, ns: str, name: str, ready: bool) -> None:
     kube.core.patch_namespaced_pod_status(name, ns, {"status": {
         "phase": "Running" if ready else "Pending",

@@ -5,7 +5,8 @@ labelled as the operator exposes them (tests/unit/test_monitoring.py checks thos
 Each case feeds series, evaluates at a few moments, and states which alerts fire then, with their
 labels and rendered summaries (`for:` periods included): a binding Ready=False for 10 min, a slow
 scope sync, failing runner API calls (and stale etags that are not failures), scope reverts, a
-Lease no one renews or no Lease at all, and no operator scraped.
+Lease no one renews or no Lease at all, no operator scraped, and the placement SLO's two burn
+rates (a fast and a slow burn, a burn that ended, a quiet cluster's one slow namespace).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.unit.test_monitoring import RULES, rule_objects
+from tests.unit.test_monitoring import RULES, all_rules, rule_objects
 
 pytestmark = [pytest.mark.integration, pytest.mark.needs_tool("promtool")]
 
@@ -41,8 +42,10 @@ def runbook(alert: str) -> str:
 
 
 def fired(alert: str, labels: dict[str, str], summary: str) -> dict:
-    return {"exp_labels": labels, "exp_annotations": {"summary": summary, "description": description(alert),
-                                                      "runbook_url": runbook(alert)}}
+    """The alert as it fires: its labels, the summary rendered, and its other annotations as written."""
+    rule = next(r for r in rule_objects() if r["alert"] == alert)
+    return {"exp_labels": labels, "exp_annotations": {**rule["annotations"], "summary": summary,
+                                                      "description": description(alert)}}
 
 
 def alive(minutes: int) -> dict:
@@ -57,6 +60,66 @@ def latency(per_minute_by_le: dict[str, int], minutes: int) -> list[dict]:
         total = max(total, per_minute_by_le.get(le, total))
         series.append({"series": f'ssb_scope_sync_latency_seconds_bucket{{le="{le}"}}', "values": f"0+{total}x{minutes}"})
     return series
+
+
+def placement(minutes: str, fast_per_minute: str, total_per_minute: str) -> list[dict]:
+    """ssb_placement_ready_seconds as the SLO rules read it: the objective's bucket (60 s) and the count."""
+    return [{"series": 'ssb_placement_ready_seconds_bucket{le="60.0", stage="rolled"}', "values": fast_per_minute},
+            {"series": 'ssb_placement_ready_seconds_count{stage="rolled"}', "values": total_per_minute}]
+
+
+def burn_summary(share: str, window: str) -> str:
+    return f"{share} of new sandbox namespaces were not placeable within 60 s in the last {window}"
+
+
+SLO_TESTS = [  # the placement SLO's burn-rate alerts
+    {   # half the namespaces slow from the start: the fast burn pages after its 2 min, the slow one after 15 min
+        "interval": "1m",
+        "input_series": alive(40) + placement("40", "0+5x40", "0+10x40"),
+        "alert_rule_test": [
+            {"eval_time": "1m", "alertname": "SunkSandboxPlacementSLOFastBurn", "exp_alerts": []},  # pending
+            {"eval_time": "5m", "alertname": "SunkSandboxPlacementSLOFastBurn", "exp_alerts": [fired(
+                "SunkSandboxPlacementSLOFastBurn", {"severity": "critical"}, burn_summary("50%", "hour"))]},
+            {"eval_time": "10m", "alertname": "SunkSandboxPlacementSLOSlowBurn", "exp_alerts": []},  # pending
+            {"eval_time": "20m", "alertname": "SunkSandboxPlacementSLOSlowBurn", "exp_alerts": [fired(
+                "SunkSandboxPlacementSLOSlowBurn", {"severity": "warning"}, burn_summary("50%", "6 hours"))]},
+        ],
+    },
+    {   # 10 % slow: above the slow burn's 6 %, below the fast burn's 14.4 %
+        "interval": "1m",
+        "input_series": alive(60) + placement("60", "0+9x60", "0+10x60"),
+        "alert_rule_test": [
+            {"eval_time": "45m", "alertname": "SunkSandboxPlacementSLOFastBurn", "exp_alerts": []},
+            {"eval_time": "45m", "alertname": "SunkSandboxPlacementSLOSlowBurn", "exp_alerts": [fired(
+                "SunkSandboxPlacementSLOSlowBurn", {"severity": "warning"}, burn_summary("10%", "6 hours"))]},
+        ],
+    },
+    {   # 20 % slow for an hour, then none: the 6h window still burns, the 30m one no longer, so silence
+        "interval": "1m",
+        "input_series": alive(130) + placement("130", "0+8x60 490+10x69", "0+10x130"),
+        "alert_rule_test": [
+            {"eval_time": "50m", "alertname": "SunkSandboxPlacementSLOFastBurn", "exp_alerts": [fired(
+                "SunkSandboxPlacementSLOFastBurn", {"severity": "critical"}, burn_summary("20%", "hour"))]},
+            {"eval_time": "125m", "alertname": "SunkSandboxPlacementSLOFastBurn", "exp_alerts": []},
+            {"eval_time": "125m", "alertname": "SunkSandboxPlacementSLOSlowBurn", "exp_alerts": []},
+        ],
+    },
+    {   # every namespace placeable in time; and a quiet cluster's one slow namespace an hour pages no one
+        "interval": "1m",
+        "input_series": alive(90) + placement("90", "0+10x90", "0+10x90") + [
+            {"series": 'ssb_placement_ready_seconds_bucket{le="60.0", stage="granted"}', "values": "0x90"},
+            {"series": 'ssb_placement_ready_seconds_count{stage="granted"}', "values": "0x30 1x60"},
+        ],
+        "alert_rule_test": [{"eval_time": "85m", "alertname": name, "exp_alerts": []}
+                            for name in ("SunkSandboxPlacementSLOFastBurn", "SunkSandboxPlacementSLOSlowBurn")],
+    },
+    {   # (alone) one slow namespace in a quiet hour: 100 % slow, yet under the 5 the alerts ask for
+        "interval": "1m",
+        "input_series": alive(60) + placement("60", "0x60", "0x30 1x30"),
+        "alert_rule_test": [{"eval_time": "40m", "alertname": name, "exp_alerts": []}
+                            for name in ("SunkSandboxPlacementSLOFastBurn", "SunkSandboxPlacementSLOSlowBurn")],
+    },
+]
 
 
 TESTS = [
@@ -155,6 +218,8 @@ TESTS = [
     },
 ]
 
+TESTS += SLO_TESTS
+
 
 @pytest.fixture(scope="module")
 def rules_file(tmp_path_factory) -> Path:
@@ -171,7 +236,7 @@ def run(*args: str) -> subprocess.CompletedProcess:
 def test_promtool_checks_the_rules(rules_file):
     done = run("check", "rules", str(rules_file))
     assert done.returncode == 0, done.stdout + done.stderr
-    assert f"SUCCESS: {len(rule_objects())} rules found" in done.stdout
+    assert f"SUCCESS: {len(all_rules())} rules found" in done.stdout
 
 
 def test_promtool_runs_the_alert_cases(rules_file):

@@ -33,7 +33,10 @@ REQUIRED_ALERTS = {
     "SunkSandboxScopeReverts",         # scope reverts rising
     "SunkSandboxOperatorNoLeader",     # no leader
     "SunkSandboxOperatorAbsent",       # no replica scraped at all
+    "SunkSandboxPlacementSLOFastBurn",  # the placement SLO's budget: 14.4x over 1h and 5m
+    "SunkSandboxPlacementSLOSlowBurn",  # ... 6x over 6h and 30m
 }
+SLO_SECONDS = "60.0"  # the placement objective's bound (README: Placement SLO), a bucket of the histogram
 _KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or", "unless",
              "offset", "inf", "nan"}
 
@@ -96,8 +99,22 @@ def test_the_promql_reader() -> None:
 # ---------------------------------------------------------------- the shipped expressions
 
 
-def rule_objects() -> list[dict]:
+def all_rules() -> list[dict]:
     return [r for g in yaml.safe_load(RULES.read_text())["spec"]["groups"] for r in g["rules"]]
+
+
+def rule_objects() -> list[dict]:
+    """The alerts."""
+    return [r for r in all_rules() if "alert" in r]
+
+
+def recording_rules() -> list[dict]:
+    return [r for r in all_rules() if "record" in r]
+
+
+def recorded() -> dict[str, set[str]]:
+    """Series the recording rules make, with the labels their aggregation keeps."""
+    return {r["record"]: grouping_labels(r["expr"]) for r in recording_rules()}
 
 
 def dashboard() -> dict:
@@ -106,6 +123,7 @@ def dashboard() -> dict:
 
 def expressions() -> list[tuple[str, str]]:
     out = [(f"alert {r['alert']}", r["expr"]) for r in rule_objects()]
+    out += [(f"record {r['record']}", r["expr"]) for r in recording_rules()]
     for panel in dashboard()["panels"]:
         out += [(f"panel {panel['title']!r}", t["expr"]) for t in panel["targets"]]
     return out
@@ -113,7 +131,7 @@ def expressions() -> list[tuple[str, str]]:
 
 @pytest.mark.parametrize(("where", "expr"), expressions(), ids=[w for w, _ in expressions()])
 def test_every_series_read_is_exposed_with_the_labels_used(where: str, expr: str) -> None:
-    known = {name: labels | TARGET_LABELS for name, labels in {**exposed(), **EXTERNAL}.items()}
+    known = {name: labels | TARGET_LABELS for name, labels in {**exposed(), **EXTERNAL, **recorded()}.items()}
     found = selectors(expr)
     assert found, f"{where}: no series in {expr!r}"
     labels_here: set[str] = set()
@@ -140,6 +158,36 @@ def test_the_thresholds_the_issue_asks_for() -> None:
     assert 'condition="Ready"' in by_name["SunkSandboxBindingNotReady"]["expr"]
     assert "histogram_quantile(0.99," in by_name["SunkSandboxScopeSyncSlow"]["expr"]
     assert by_name["SunkSandboxScopeSyncSlow"]["expr"].rstrip().endswith("> 2")
+
+
+def test_the_placement_slo_rules_read_the_objectives_bucket_and_link_their_runbook() -> None:
+    from sunk_sandbox_operator.adapters.metrics import PLACEMENT_BUCKETS
+
+    assert float(SLO_SECONDS) in PLACEMENT_BUCKETS  # le="60.0" is a bucket the registry serves
+    assert f'le="{SLO_SECONDS}"' in " ".join(f'{x}' for x in exposed_buckets())
+    for r in recording_rules():
+        assert f'ssb_placement_ready_seconds_bucket{{le="{SLO_SECONDS}"}}' in r["expr"], r["record"]
+        window = r["record"].rsplit("rate", 1)[1]
+        assert r["expr"].count(f"[{window}]") == 2, r["record"]
+    readme = (ROOT / "README.md").read_text()
+    by_name = {r["alert"]: r for r in rule_objects()}
+    for name, (long, short, rate) in {"SunkSandboxPlacementSLOFastBurn": ("1h", "5m", "14.4"),
+                                      "SunkSandboxPlacementSLOSlowBurn": ("6h", "30m", "6")}.items():
+        rule = by_name[name]
+        assert f"ssb:placement_slow:ratio_rate{long} > ({rate} * 0.01)" in rule["expr"]
+        assert f"ssb:placement_slow:ratio_rate{short} > ({rate} * 0.01)" in rule["expr"]
+        url = rule["annotations"]["runbook_url"]
+        # Its own runbook heading (as every alert's), which links the Placement SLO section.
+        assert url.endswith("README.md#" + name.lower()) and "\n## Placement SLO\n" in readme, url
+        section = readme[readme.index(f"#### `{name}`"):]
+        assert "(#placement-slo)" in section[:section.index("\n####", 5)], name
+
+
+def exposed_buckets() -> list[str]:
+    metrics = Metrics()
+    metrics.placement_ready.labels("rolled").observe(1.0)
+    return [f'le="{s.labels["le"]}"' for f in metrics.registry.collect() for s in f.samples
+            if s.name == "ssb_placement_ready_seconds_bucket"]
 
 
 def test_the_dashboard_is_importable_grafana_json() -> None:

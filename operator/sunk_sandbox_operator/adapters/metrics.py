@@ -30,6 +30,8 @@ STATUSES = ("True", "False", "Unknown")
 # from a few ms (nothing changed) to the runner API's and the target's timeouts.
 RECONCILE_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 HANDLERS = ("binding", "delete")
+# The placement SLO's objective (README: Placement SLO) is one of these bounds.
+PLACEMENT_BUCKETS = (1.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 300.0, 600.0, 900.0)
 
 
 @dataclass
@@ -146,6 +148,12 @@ class Metrics:
         self.scope_sync_latency = Histogram(
             "ssb_scope_sync_latency_seconds", "From a namespace event to the scope target holding it.",
             buckets=(0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0), registry=r)
+        self.placement_ready = Histogram(
+            "ssb_placement_ready_seconds", "From a new sandbox namespace's creationTimestamp to the moment a "
+            "sandbox there can be placed: listed in the scope target, the scheduler's RBAC there, the scheduler "
+            "rolled onto a list holding it and Ready. `stage`: the step that took longest (listed, granted, "
+            "rolled); one observation per namespace and binding, or one at 900 s for a namespace never placeable.",
+            ["stage"], buckets=PLACEMENT_BUCKETS, registry=r)
         r.register(BindingCollector(bindings))
 
     def render(self) -> bytes:

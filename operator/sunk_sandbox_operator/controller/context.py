@@ -53,6 +53,7 @@ class Context:
     monotonic: Callable[[], float] = time.monotonic
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     now_iso: Callable[[], str] = utc_now_iso
+    wall: Callable[[], float] = time.time  # epoch seconds (the placement SLO: creationTimestamp is its start)
     cpu: Callable[[], float] = time.thread_time  # the main thread's CPU seconds (the reconcile budget)
 
     failpoints: Failpoints = field(default_factory=Failpoints)

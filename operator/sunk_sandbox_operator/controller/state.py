@@ -27,6 +27,7 @@ from ..core.scope.membership import Matcher, compile_matcher
 from ..core.scope.grant_loop import GrantState
 from ..core.scope.list_loop import ListState
 from ..core.scope.roll_loop import RollState
+from ..core.scope.slo import PlacementClock
 from ..core.selectors import ParsedSelector
 
 if TYPE_CHECKING:
@@ -82,6 +83,7 @@ class ScopeMemory:
     pod_signalled: set[str] = field(default_factory=set)  # namespaces a stuck pod named before the watch did
     next_recheck: float = 0.0                  # a pod in a listed namespace may re-read the target after this
     recheck_handle: "Timer | None" = None
+    slo: PlacementClock = field(default_factory=PlacementClock)  # new namespaces awaiting placement (the SLO)
 
     @property
     def loops(self) -> tuple[Loop[ListState], Loop[RollState], Loop[GrantState]]:

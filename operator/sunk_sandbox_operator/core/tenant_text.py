@@ -157,6 +157,7 @@ NOT_TENANT_TEXT: dict[str, str] = {
     "policy.handoff.*": "the names of the binding's desired policy fields (the operator's keys, the CRD-bounded "
                         "annotation keys): one-pass patterns without nested quantifiers",
     "policy.ownership.from_json": "the operator's own record ConfigMap, in its own namespace",
+    "scope.slo.created_at": "a namespace's creationTimestamp, which the API server writes (fromisoformat, C, one pass)",
     "operator_settings.decode": "the settings the leader publishes in its own namespace (MAX_BYTES, read by the doctor)",
     "policy.paths.*": "paths the operator formatted itself (format_path) into its record and status",
     "adapters/kube.Kube.read_secret_key": "a Secret value base64-decoded by C in one pass; used as a token, never parsed",

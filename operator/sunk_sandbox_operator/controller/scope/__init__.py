@@ -44,7 +44,7 @@ from ..coalescer import Coalescer
 from ..context import Context
 from ..state import BindingState, Loop, ScopeMemory
 from ..status_writer import request_flush
-from . import facts, grant_loop, list_loop, roll_loop
+from . import facts, grant_loop, list_loop, roll_loop, slo
 
 POD_RECHECK_SECONDS = 2.0
 
@@ -117,6 +117,7 @@ def on_namespace(ctx: Context, name: str, before: NamespaceInfo | None, after: N
         if not (matched_before or matched_now):
             continue
         mem = memory(ctx, state)
+        slo.created(ctx, state, mem, before, after, now)
         if mem.sandbox is not None:  # keep the membership set current: a wake need not scan every namespace
             if now:
                 mem.sandbox.add(name)

@@ -22,7 +22,7 @@ from ...core.scope.grant_loop import (Answers, Done, GrantObservation, GrantResu
                                       reads, settle)
 from ..context import Context
 from ..state import BindingState, ScopeMemory
-from . import facts
+from . import facts, slo
 
 TRANSIENT = (ScopeSynced.ERROR, ScopeSynced.SCHEDULER_NOT_PERMITTED)  # retried with backoff (a grant may come)
 
@@ -37,7 +37,8 @@ async def run(ctx: Context, state: BindingState, *, periodic: bool) -> None:
         step = decide(obs, loop.latest)
         deleted, created = await _apply(ctx, state, step)
         loop.latest = settle(obs, step, Done(deleted, created, await _review(ctx, step.reviews)))
-        if not periodic and any(x.error is None for x in created):  # (a resync runs the roll next)
+        placeable = slo.granted(ctx, mem, loop.latest)  # the roll loop judges the last stage
+        if not periodic and (placeable or any(x.error is None for x in created)):  # (a resync runs the roll next)
             mem.roll_loop.runs.signal()
 
     await facts.wake(ctx, state, loop, "grants", body, TRANSIENT, retried=lambda g: g.problem or g.rbac)

@@ -26,7 +26,7 @@ from ...core.scope.target_ref import TargetRef
 from .. import retry
 from ..context import Context
 from ..state import BindingState, ScopeMemory
-from . import facts
+from . import facts, slo
 
 log = logging.getLogger("sunk_sandbox_operator")
 
@@ -69,6 +69,8 @@ async def _wake(ctx: Context, state: BindingState, mem: ScopeMemory, periodic: b
         return True
     loop.latest = step.memory  # at once: namespace events compare with the list
     _tell(ctx, state, obs, step, started)
+    if step.decision.error is None and step.memory.known is not None or step.memory.cluster:
+        slo.listed(ctx, state, mem, None if step.memory.cluster else step.memory.known)
     if step.ledger is not None and not periodic:  # (a resync runs the other loops next)
         mem.roll_loop.runs.signal()
         mem.grant_loop.runs.signal()

@@ -24,7 +24,7 @@ from ...core.scope.grant_loop import owed
 from ...core.scope.roll_loop import RollObservation, RollSettings, RollState, RollStep, decide, refused, rolled
 from ..context import Context
 from ..state import BindingState, ScopeMemory
-from . import facts
+from . import facts, slo
 
 TRANSIENT = (ScopeSynced.ERROR,)  # retried with backoff
 
@@ -38,7 +38,10 @@ async def run(ctx: Context, state: BindingState, *, periodic: bool = False) -> N
         obs = await _observe(ctx, state, mem, facts.target(ctx, state, mem), periodic)
         step = decide(obs, loop.latest)
         loop.latest = await _act(ctx, state, obs.settings.namespace, step)
-        facts.wake_in(ctx, loop, step.wake)
+        if step.patch is not None and step.patch.hash is not None and loop.latest.problem is None:
+            slo.rolled_for(mem, step.patch.hash, obs.values)
+        poll = slo.rolled(ctx, state, mem, obs)  # (a patch made now is seen at the next look)
+        facts.wake_in(ctx, loop, step.wake if poll is None else min(poll, step.wake or poll))
 
     await facts.wake(ctx, state, loop, "roll", body, TRANSIENT)
 

@@ -10,6 +10,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from ...api.spec import SandboxNamespaces
 from .. import selectors
+from .slo import created_at
 
 
 @dataclass(frozen=True)
@@ -99,12 +100,13 @@ class NamespaceInfo:
     name: str
     labels: dict[str, str] = field(default_factory=dict)
     terminating: bool = False
+    created: float | None = None         # creationTimestamp, epoch seconds (the placement SLO's start)
 
     @classmethod
     def from_object(cls, ns: Mapping[str, Any]) -> "NamespaceInfo":
         meta = ns.get("metadata") or {}
         return cls(name=str(meta.get("name") or ""), labels=dict(meta.get("labels") or {}),
-                   terminating=is_terminating(ns))
+                   terminating=is_terminating(ns), created=created_at(meta if isinstance(meta, Mapping) else None))
 
 
 def sandbox_namespaces(spec: SandboxNamespaces | Matcher, namespaces: Iterable[NamespaceInfo]) -> set[str]:
