@@ -62,7 +62,7 @@ demo: binaries
 
 # What a release publishes, into dist/: the chart package, the image as an OCI archive, its SBOM,
 # the wheel, the kubectl plugin (one file per OS/arch) and its krew manifest, SHA256SUMS and
-# release.json. README, Development, "Releasing" says how a maintainer publishes them.
+# release.json. docs/development.md, "Releasing" says how a maintainer publishes them.
 .PHONY: release registry
 release: setup
 	$(DEVTOOLS) release
@@ -100,7 +100,7 @@ crd: setup
 	$(BIN)/sunk-sandbox-operator crd > crds/sunksandboxbindings.yaml
 	$(DEVTOOLS) chart sync
 
-# The chart's copies (CRD, alerts, dashboard), its appVersion and README's values table, from their sources.
+# The chart's copies (CRD, alerts, dashboard), its appVersion and docs/configuration.md's values table, from their sources.
 chart-sync: setup
 	$(DEVTOOLS) chart sync
 

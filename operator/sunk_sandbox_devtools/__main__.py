@@ -14,7 +14,7 @@ commands:
   image       build the operator image with buildah on a debootstrap base (cached)
   tools       start|build image|go: the image; helm 3 and 4, promtool, argocd-health, the oldest
               kube-apiserver (start: in the background)
-  chart       sync: write the Helm chart's copies (CRD, alerts, dashboard), appVersion, README values table
+  chart       sync: write the Helm chart's copies (CRD, alerts, dashboard), appVersion, the values table of docs/configuration.md
   release     build the release artifacts into dist/ (chart, image archive, SBOM, wheel, kubectl plugin, krew)
   registry    build: the OCI registry of the release test (distribution, from hack/registry; cached)
 """

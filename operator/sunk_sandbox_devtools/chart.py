@@ -6,7 +6,7 @@
 - `manifests/monitoring/` (the PrometheusRule and the Grafana dashboard) is also the chart's
   `files/`;
 - the chart's `appVersion` is the package's `__version__`;
-- README's values table and the chart's `values.schema.json` are rendered from the `# --` comments
+- docs/configuration.md's values table and the chart's `values.schema.json` are rendered from the `# --` comments
   of the chart's values.yaml: each documented key, its type (a leading `(type)` in the comment, one
   of TYPES, or the default's) and, for the keys in `enums()`, the values the code accepts. Every
   object that is not a documented value itself has `additionalProperties: false`, so a misspelt key
@@ -29,7 +29,7 @@ import yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHART = REPO_ROOT / "charts" / "sunk-sandbox-operator"
-README = REPO_ROOT / "README.md"
+README = REPO_ROOT / "docs" / "configuration.md"  # the page holding the chart values table
 # (source, copy in the chart)
 COPIES = (
     (REPO_ROOT / "manifests" / "monitoring" / "prometheusrule.yaml", CHART / "files" / "prometheusrule.yaml"),

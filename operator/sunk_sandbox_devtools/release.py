@@ -1,6 +1,6 @@
 """`make release` (`python -m sunk_sandbox_devtools release`): what a release publishes, into dist/.
 
-Publishing is a maintainer's step (README, Development, "Releasing"); this builds it, for the one
+Publishing is a maintainer's step (docs/development.md, "Releasing"); this builds it, for the one
 version (operator/sunk_sandbox_operator/__init__.py):
 
 - `sunk-sandbox-operator-V.oci.tar`: the image as an OCI archive (`buildah push oci-archive:`) of
@@ -47,7 +47,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 DIST = REPO_ROOT / "dist"
 CHART = REPO_ROOT / "charts" / "sunk-sandbox-operator"
 HOMEPAGE = "https://github.com/sunksandbox/sunk-sandbox-operator"
-CHART_REPOSITORY = "oci://ghcr.io/sunksandbox/charts"  # where README's Releasing pushes the chart
+CHART_REPOSITORY = "oci://ghcr.io/sunksandbox/charts"  # where docs/development.md's Releasing pushes the chart
 WHEEL_SOURCES = ("pyproject.toml", "README.md", "LICENSE", "operator/sunk_sandbox_operator")
 # (krew's os, arch) -> the wheel platform tag pex resolves for (manylinux2014 = glibc 2.17).
 PLUGIN_PLATFORMS = {("linux", "amd64"): "manylinux2014_x86_64", ("linux", "arm64"): "manylinux2014_aarch64",
@@ -261,7 +261,7 @@ def main(argv: list[str]) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m sunk_sandbox_devtools release",
-                                     description="Build the release artifacts into dist/ (see README, Releasing).")
+                                     description="Build the release artifacts into dist/ (see docs/development.md, Releasing).")
     parser.add_argument("--dist", type=Path, default=DIST, help="output directory, emptied first (default: dist/)")
     parser.add_argument("--platform", action="append", choices=[f"{o}/{a}" for o, a in PLUGIN_PLATFORMS],
                         help="the plugin's OS/arch (repeatable; default: all)")

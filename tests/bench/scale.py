@@ -21,7 +21,7 @@ created before the operator starts (as its own ServiceAccount, JSON logs). Then:
 4. pod churn: C pods created, then patched (a label), then deleted: operator CPU per 1,000 pod
    events and log lines per event.
 
-Placement SLO (README: Placement SLO): for the burst and the trickle, the operator's own
+Placement SLO (docs/operations.md: Placement SLO): for the burst and the trickle, the operator's own
 ssb_placement_ready_seconds (creation -> listed -> granted -> the scheduler rolled onto a list holding
 the namespace and Ready) as p50 / p99 over its buckets (histogram_quantile's interpolation) and the
 count per dominant stage. The control plane has no controller-manager: a harness thread plays the

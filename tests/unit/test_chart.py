@@ -1,5 +1,5 @@
 """The Helm chart's static parts, with no helm binary: its copies equal their one source, the CRD
-template is crds/'s CRD, README's values table and values.schema.json equal values.yaml, every value
+template is crds/'s CRD, docs/configuration.md's values table and values.schema.json equal values.yaml, every value
 is documented, and the templates read only values that exist.
 
 `helm lint`, `helm template` against `kubectl kustomize manifests/`, and `helm install` /
@@ -55,8 +55,8 @@ def test_the_crd_template_keeps_the_spec_verbatim_and_escapes_template_braces() 
 
 
 def test_readme_values_table_is_the_one_values_yaml_documents() -> None:
-    table = chart.readme_table((ROOT / "README.md").read_text())
-    assert table == chart.values_table(), f"README's chart values table is stale: {FIX}"
+    table = chart.readme_table((ROOT / "docs" / "configuration.md").read_text())
+    assert table == chart.values_table(), f"docs/configuration.md's chart values table is stale: {FIX}"
 
 
 def test_values_schema_is_the_one_values_yaml_documents() -> None:
@@ -128,7 +128,7 @@ def test_every_value_is_documented() -> None:
     documented = {row.key for row in chart.documented_values(text)}
     for leaf in _leaves(yaml.safe_load(text)):
         assert any(leaf == key or leaf.startswith(key + ".") for key in documented), \
-            f"values.yaml: {leaf} has no `# --` comment (the README table row)"
+            f"values.yaml: {leaf} has no `# --` comment (the docs/configuration.md table row)"
 
 
 def test_the_table_reader_on_a_small_document() -> None:

@@ -1,5 +1,5 @@
 """core/doctor/checks.py: each check over a healthy observation and over one broken in its own way (pure:
-no cluster, no network). The README's table of what each check reads is READS."""
+no cluster, no network). The table of what each check reads (docs/operations.md) is READS."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from sunk_sandbox_operator.core.slurm.facts import SlurmObservation
 
 GI = Decimal(2**30)
 MI = Decimal(2**20)
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parents[2] / "docs" / "operations.md"  # the doctor-reads table
 
 
 def discovery(**over: Any) -> Discovery:

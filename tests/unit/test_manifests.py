@@ -295,7 +295,7 @@ def test_probes_match_the_liveness_flag(container):
 
 
 def test_resources(container):
-    # From the scale benchmark (README, Scale): ~160 MiB at 10,000 namespaces and 50,000 pods, plus headroom.
+    # From the scale benchmark (docs/scale.md): ~160 MiB at 10,000 namespaces and 50,000 pods, plus headroom.
     assert container["resources"] == {"requests": {"cpu": "100m", "memory": "192Mi"}, "limits": {"memory": "384Mi"}}
 
 

@@ -36,7 +36,7 @@ REQUIRED_ALERTS = {
     "SunkSandboxPlacementSLOFastBurn",  # the placement SLO's budget: 14.4x over 1h and 5m
     "SunkSandboxPlacementSLOSlowBurn",  # ... 6x over 6h and 30m
 }
-SLO_SECONDS = "60.0"  # the placement objective's bound (README: Placement SLO), a bucket of the histogram
+SLO_SECONDS = "60.0"  # the placement objective's bound (docs/operations.md: Placement SLO), a bucket of the histogram
 _KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or", "unless",
              "offset", "inf", "nan"}
 
@@ -169,7 +169,7 @@ def test_the_placement_slo_rules_read_the_objectives_bucket_and_link_their_runbo
         assert f'ssb_placement_ready_seconds_bucket{{le="{SLO_SECONDS}"}}' in r["expr"], r["record"]
         window = r["record"].rsplit("rate", 1)[1]
         assert r["expr"].count(f"[{window}]") == 2, r["record"]
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "operations.md").read_text()
     by_name = {r["alert"]: r for r in rule_objects()}
     for name, (long, short, rate) in {"SunkSandboxPlacementSLOFastBurn": ("1h", "5m", "14.4"),
                                       "SunkSandboxPlacementSLOSlowBurn": ("6h", "30m", "6")}.items():
@@ -178,7 +178,7 @@ def test_the_placement_slo_rules_read_the_objectives_bucket_and_link_their_runbo
         assert f"ssb:placement_slow:ratio_rate{short} > ({rate} * 0.01)" in rule["expr"]
         url = rule["annotations"]["runbook_url"]
         # Its own runbook heading (as every alert's), which links the Placement SLO section.
-        assert url.endswith("README.md#" + name.lower()) and "\n## Placement SLO\n" in readme, url
+        assert url.endswith("docs/operations.md#" + name.lower()) and "\n## Placement SLO\n" in readme, url
         section = readme[readme.index(f"#### `{name}`"):]
         assert "(#placement-slo)" in section[:section.index("\n####", 5)], name
 
@@ -225,7 +225,7 @@ def test_the_monitoring_component_ships_the_rules_the_dashboard_and_a_service_mo
     assert "monitoring" not in " ".join(main["resources"]), "optional: not in the default install"
 
 
-RUNBOOKS = "https://github.com/sunksandbox/sunk-sandbox-operator/blob/main/README.md#"
+RUNBOOKS = "https://github.com/sunksandbox/sunk-sandbox-operator/blob/main/docs/operations.md#"
 
 
 def github_anchor(heading: str) -> str:
@@ -235,8 +235,8 @@ def github_anchor(heading: str) -> str:
 
 
 def test_every_alert_links_its_runbook_section_in_the_readme() -> None:
-    """Issue 34: each alert's runbook_url is a stable anchor of its own README section."""
-    headings = [line.lstrip("#").strip() for line in (ROOT / "README.md").read_text().splitlines()
+    """Each alert's runbook_url is a stable anchor of its own section of docs/operations.md."""
+    headings = [line.lstrip("#").strip() for line in (ROOT / "docs" / "operations.md").read_text().splitlines()
                 if line.startswith("#")]
     anchors = [github_anchor(h) for h in headings]
     assert github_anchor("`SunkSandboxBindingNotReady`") == "sunksandboxbindingnotready"
@@ -244,4 +244,4 @@ def test_every_alert_links_its_runbook_section_in_the_readme() -> None:
     for rule in rule_objects():
         url = rule["annotations"].get("runbook_url", "")
         assert url == RUNBOOKS + rule["alert"].lower(), (rule["alert"], url)
-        assert anchors.count(rule["alert"].lower()) == 1, f"{rule['alert']}: no README heading (or several) for {url}"
+        assert anchors.count(rule["alert"].lower()) == 1, f"{rule['alert']}: no docs/operations.md heading (or several) for {url}"

@@ -1,4 +1,4 @@
-"""The README's module tree (Development) names every module of the package, and no module that is
+"""The module tree of docs/development.md names every module of the package, and no module that is
 gone: a newcomer reads the tree to find where a thing lives, so a module missing from it is one
 they will not find, and a stale one sends them to nothing."""
 
@@ -16,8 +16,8 @@ SUB_PACKAGE = re.compile(r"^ {5,}([a-z_]+)/ ")           # "             runnera
 
 
 def readme_tree() -> str:
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index("## Development"):]
+    text = (ROOT / "docs" / "development.md").read_text()
+    section = text[text.index("## Layout"):]
     block = section[section.index("```\n") + 4:]
     block = block[:block.index("```")]
     return block[block.index("  sunk_sandbox_operator/"):block.index("  sunk_sandbox_devtools/")]
@@ -54,8 +54,8 @@ def in_the_package() -> set[str]:
 
 def test_the_readme_module_tree_is_the_package() -> None:
     named, present = named_in_readme(readme_tree()), in_the_package()
-    assert sorted(present - named) == [], "modules the README's tree (Development) does not name"
-    assert sorted(named - present) == [], "modules the README's tree names that do not exist"
+    assert sorted(present - named) == [], "modules the tree of docs/development.md does not name"
+    assert sorted(named - present) == [], "modules the tree of docs/development.md names that do not exist"
 
 
 def test_the_tree_reader_places_each_name_in_its_package() -> None:

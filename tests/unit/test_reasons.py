@@ -1,4 +1,4 @@
-"""The README's reason table and api/reasons.py say the same thing; every reason the code can
+"""The reason table of docs/reference.md and api/reasons.py say the same thing; every reason the code can
 report is declared there, once."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def readme_rows() -> list[tuple[str, str, str]]:
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index("## Conditions, reasons and fixes"):text.index("## Troubleshooting")]
+    text = (ROOT / "docs" / "reference.md").read_text()
+    section = text[text.index("## Conditions, reasons and fixes"):text.index("## Events")]
     rows, condition = [], ""
     for line in section.splitlines():
         m = re.match(r"^\| ([A-Za-z]*) \| `([A-Za-z]+)` \| (.*) \|$", line)
@@ -62,8 +62,8 @@ def test_no_reason_is_spelled_outside_the_reasons_module():
 
 
 def events_rows() -> list[tuple[str, str, str]]:
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index("## Events"):text.index("## Threat model")]
+    text = (ROOT / "docs" / "reference.md").read_text()
+    section = text[text.index("## Events"):]
     return [m.groups() for line in section.splitlines()
             if (m := re.match(r"^\| `([A-Za-z]+)` \| (Normal|Warning) \| (.*) \|$", line))]
 

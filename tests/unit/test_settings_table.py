@@ -1,7 +1,7 @@
-"""The README's settings table is what the code reads, and the documented timings are the code's.
+"""The settings table (docs/configuration.md) is what the code reads, and the documented timings are the code's.
 
 Every `SSB_*` name anywhere in the operator package has a row in the table of environment variables
-(README, "Using it"), every row names only variables the code knows, and each numeric default in
+(docs/configuration.md, "Operator settings"), every row names only variables the code knows, and each numeric default in
 the table is the default `controller/config.load` (or the command line) falls back to.
 """
 
@@ -16,7 +16,8 @@ from sunk_sandbox_operator.controller.leader import ERROR_BACKOFF_CAP, JITTER_FA
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "operator" / "sunk_sandbox_operator"
-README = (ROOT / "README.md").read_text()
+README = (ROOT / "docs" / "configuration.md").read_text()  # the settings table
+OPERATIONS = (ROOT / "docs" / "operations.md").read_text()  # High availability
 NAME = re.compile(r"\bSSB_[A-Z0-9_]*[A-Z0-9]\b")
 
 
@@ -59,8 +60,8 @@ def code_defaults() -> dict[str, float]:
 
 def test_every_ssb_variable_the_code_names_has_a_row_and_no_row_is_stale() -> None:
     documented = {n for names, _ in table_rows() for n in names}
-    assert code_names() - documented == set(), "SSB_* variables without a README row"
-    assert documented - code_names() == set(), "README rows for variables the code does not read"
+    assert code_names() - documented == set(), "SSB_* variables without a row in docs/configuration.md"
+    assert documented - code_names() == set(), "docs/configuration.md rows for variables the code does not read"
 
 
 def test_the_documented_defaults_are_the_codes() -> None:
@@ -71,14 +72,14 @@ def test_the_documented_defaults_are_the_codes() -> None:
             continue
         for name, cell in zip(names, cells):
             if name in defaults and re.fullmatch(r"-?\d+(\.\d+)?", cell):
-                assert float(cell) == defaults[name], f"{name}: README says {cell}, the code {defaults[name]:g}"
+                assert float(cell) == defaults[name], f"{name}: docs/configuration.md says {cell}, the code {defaults[name]:g}"
                 checked += 1
     assert checked >= 20  # most rows are numeric: a table the parser no longer reads fails here
 
 
 def test_the_high_availability_paragraph_gives_the_codes_timings() -> None:
     c = Config()
-    ha = README[README.index("**High availability.**"):]
+    ha = OPERATIONS[OPERATIONS.index("**High availability.**"):]
     ha = ha[:ha.index("\n\n")]
     for figure in (f"{c.lease_duration_seconds:g} s lease", f"{c.renew_deadline_seconds:g} s renew deadline",
                    f"{c.retry_period_seconds:g} s retry", f"every {c.standby_poll_seconds:g} s",

@@ -43,7 +43,7 @@ template` and client-side dry runs skip this.
 {{- if hasPrefix "ssb-policy-" .metadata.name -}}{{- $records = append $records .metadata.name -}}{{- end -}}
 {{- end -}}
 {{- if $records -}}
-{{- fail (printf "the operator runs in namespace %s, which holds %d policy ownership record(s) (ConfigMaps ssb-policy-…, what deleting each binding restores); these values would move it to %s and leave them behind. Keep it there: --set namespace.name=%s (and --set namespace.create=true if this release created it, as the 0.1.0 chart did); or delete every binding first (kubectl delete ssb -A --all), then move (README: Upgrading the chart)" $was (len $records) $now $was) -}}
+{{- fail (printf "the operator runs in namespace %s, which holds %d policy ownership record(s) (ConfigMaps ssb-policy-…, what deleting each binding restores); these values would move it to %s and leave them behind. Keep it there: --set namespace.name=%s (and --set namespace.create=true if this release created it, as the 0.1.0 chart did); or delete every binding first (kubectl delete ssb -A --all), then move (docs/install.md: Upgrading the chart from 0.1.0)" $was (len $records) $now $was) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}

@@ -38,6 +38,6 @@ async def create(kube: k.KubeAPI, bodies: Iterable[dict]) -> list[Exception | No
     would have listed it)."""
     async def one(body: dict) -> None:
         # The answer is dropped at once: held until the last create, every created object is memory a
-        # batch of thousands pays for nothing (README, Scale).
+        # batch of thousands pays for nothing (docs/scale.md).
         await kube.create_rolebinding(body["metadata"]["namespace"], body)
     return await gather_bounded((one(b) for b in bodies), CONCURRENCY)

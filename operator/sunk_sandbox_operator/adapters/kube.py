@@ -4,7 +4,7 @@ Every call is one REST request on the event loop through the operator's HTTP ses
 (adapters/kubehttp.py: aiohttp, authenticated from adapters/kubeconfig.py's `Access`), so
 the core sees exactly what the API server sent (camelCase), as in tests and fixtures. The
 generated API classes are not used: instantiating the six the operator needed imported hundreds
-of model modules (README, Scale). One `Kube` is built at start-up and handed around in the
+of model modules (docs/scale.md). One `Kube` is built at start-up and handed around in the
 controller context (no module-level client).
 """
 

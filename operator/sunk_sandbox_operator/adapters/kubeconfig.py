@@ -3,7 +3,7 @@
 The operator's HTTP session (adapters/kubehttp.py) and kopf's login need only a server, a CA, a
 client certificate and a bearer token. They are read here, without the kubernetes client, for the
 in-cluster ServiceAccount and for kubeconfig entries made only of those fields, so the operator's
-start need not import the client at all (`controller/process.import_kopf`; README, Scale: what it saves).
+start need not import the client at all (`controller/process.import_kopf`; docs/scale.md: what it saves).
 Any other entry (an exec plugin, an auth-provider, basic auth, a proxy, a TLS server name, several
 files in KUBECONFIG) goes to the client's own loader, imported then, so every kubeconfig works as
 it did before. The client is the `exec-auth` extra (not in the image, where the ServiceAccount is

@@ -30,7 +30,7 @@ class ApiStatus(k.KubeError):
 
 # Seconds one Authorization value serves before it is asked again (a token file read; with the
 # kubernetes client's loader, its refresh hook, which reloads the whole kubeconfig at every request:
-# README, Scale). A rotated token is picked up within this; the
+# docs/scale.md). A rotated token is picked up within this; the
 # one it replaces stays valid longer (projected tokens are refreshed at 80 % of their lifetime).
 AUTH_REUSE_SECONDS = 10.0
 

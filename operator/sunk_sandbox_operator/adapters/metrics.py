@@ -30,7 +30,7 @@ STATUSES = ("True", "False", "Unknown")
 # from a few ms (nothing changed) to the runner API's and the target's timeouts.
 RECONCILE_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 HANDLERS = ("binding", "delete")
-# The placement SLO's objective (README: Placement SLO) is one of these bounds.
+# The placement SLO's objective (docs/operations.md: Placement SLO) is one of these bounds.
 PLACEMENT_BUCKETS = (1.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 300.0, 600.0, 900.0)
 
 

@@ -3,7 +3,7 @@
 A pod on the wire is 1.5-20 KB (managedFields, volumes, env, probes, container statuses); the
 operator keeps a few hundred bytes of it (core/pods.py `PodRecord`). Decoding a whole page with
 orjson built every one of those dicts only to drop them: msgspec, given the shape below, skips
-what it is not asked for, so a page is decoded in less time into less memory (README, Scale;
+what it is not asked for, so a page is decoded in less time into less memory (docs/scale.md;
 `tests/unit/test_podwire.py` measures neither: it pins that nothing read is lost).
 
 The result is the same plain JSON as orjson gives, restricted to these fields: an absent field

@@ -18,7 +18,7 @@ DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
 OPTIONAL_NAME_PATTERN = r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?)?$"
 OPTIONAL_NAMESPACE_PATTERN = r"^([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)?$"
 # At most four `*` (maxLength bounds the rest): each is a scan of the name, and the globs run as one
-# regex on every namespace, so the stars set what every namespace event costs (README, Scale).
+# regex on every namespace, so the stars set what every namespace event costs (docs/scale.md).
 NAMESPACE_GLOB_PATTERN = r"^[a-z0-9?\[\]-]*(\*[a-z0-9?\[\]-]*){0,4}$"
 ANNOTATION_KEY_PATTERN = r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
 DOTTED_PATH_PATTERN = r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$"

@@ -3,7 +3,7 @@
 Condition transitions post the condition's own reason (api/reasons.py: a Warning when it turns
 False, Normal when it recovers; a condition's first state is no transition, unless it is False:
 controller/status_writer.py); everything else the operator says in an event is one of these.
-The README's "Events" table is `table()` (a unit test keeps them equal), as for condition reasons.
+The "Events" table of docs/reference.md is `table()` (a unit test keeps them equal), as for condition reasons.
 """
 
 from __future__ import annotations
@@ -55,5 +55,5 @@ FOLDS_INTO: dict[str, str] = {EventReason.SCHEDULER_RESTARTED.value: EventReason
 
 
 def table() -> list[tuple[str, str, str]]:
-    """(reason, type, when) in declaration order: the README's Events table."""
+    """(reason, type, when) in declaration order: the Events table of docs/reference.md."""
     return [(r.value, r.type, r.when) for r in EventReason]

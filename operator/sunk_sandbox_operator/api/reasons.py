@@ -2,7 +2,7 @@
 
 Every reason is a member of the enum of its condition type. Members are `str`s (StrEnum), so
 they go into status and events as plain CamelCase strings, and `fix` is the text of the
-README's "Conditions, reasons and fixes" table (a unit test keeps the two equal). Code that
+"Conditions, reasons and fixes" table of docs/reference.md (a unit test keeps the two equal). Code that
 decides a condition returns one of these members; nothing else spells a reason.
 """
 
@@ -265,7 +265,7 @@ def grant_targets(namespace: str) -> str:
 
 
 def table() -> list[tuple[str, str, str]]:
-    """(condition, reason, fix) rows, as the README shows them."""
+    """(condition, reason, fix) rows, as docs/reference.md shows them."""
     rows = [(str(ctype), str(r), r.fix) for ctype, enum in BY_CONDITION.items() if ctype != ConditionType.READY for r in enum]
     rows += [("any", str(r), r.fix) for r in Common]
     return rows

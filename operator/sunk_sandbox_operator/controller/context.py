@@ -114,7 +114,7 @@ class Context:
     async def synced(self) -> None:
         """Until every informer has its initial LIST in the caches (a first reconcile waits for this:
         writing the policy and the scope while the pods are still listed gained little time on busy
-        cores, and its allocations among the pods' raised the memory peak: README, Scale)."""
+        cores, and its allocations among the pods' raised the memory peak: docs/scale.md)."""
         for informer in self.informers:
             await informer.ready.wait()
         self.namespaces.ready = True

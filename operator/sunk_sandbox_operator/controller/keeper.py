@@ -3,7 +3,7 @@
 Why: the operator reconciles every tenant's binding on one asyncio event loop. A tenant's object
 that costs CPU in a reconcile (a quadratic parse, a huge expansion) held that loop, and with it
 the Lease renewal and /healthz: the leader lost its Lease again and again, and the probe would have
-restarted the pod (README, Scale: "Hostile tenants"). client-go renews from a goroutine of its own.
+restarted the pod (docs/scale.md: "Hostile tenants"). client-go renews from a goroutine of its own.
 In Python a thread is not enough: `re`, `str.replace`, the json and YAML decoders and the cyclic GC
 run in C holding the GIL, so no other thread of the process runs meanwhile (a thread ticking every
 10 ms does not tick during a long `re.sub`). A forked child process shares no GIL, so nothing a

@@ -86,7 +86,7 @@ def observe(ctx: Context, kind: str, pod: placement.PodRecord
     for state in ctx.bindings:
         # Not reconciled yet: its first reconcile builds the tracker from the whole cache
         # (`set_expectations`), so judging the pods of the initial LIST one by one here too would be
-        # work thrown away (README, Scale).
+        # work thrown away (docs/scale.md).
         e = state.placement.expectations
         if e is None or not _belongs(ctx, state, ns):
             continue

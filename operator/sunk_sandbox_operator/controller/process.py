@@ -1,7 +1,7 @@
 """How the operator process is tuned: what it imports, how its heap and its garbage collector behave.
 
 Three settings, each called once from the start-up path (`__main__._run`, `lifecycle.start`), all of
-them for the start's memory and CPU (README, Scale: what each saved) and none changing what the
+them for the start's memory and CPU (docs/scale.md: what each saved) and none changing what the
 operator does:
 
 - `import_kopf`: kopf without the kubernetes client (kopf imports it only to recognise the client's

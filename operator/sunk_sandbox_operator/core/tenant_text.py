@@ -92,7 +92,7 @@ def load_json(text: str | bytes, limit: int) -> Any:
 class Parser:
     function: str               # module.function in core/
     reads: str                  # which tenant-written text, in which objects
-    bound: str                  # what is read at most (the README's threat model says the same)
+    bound: str                  # what is read at most (docs/threat-model.md says the same)
     refusal: str                # where a refusal shows
     sites: tuple[str, ...] = ()  # module.name globs of the regexes and helpers whose text-reading calls are its
 
@@ -127,7 +127,7 @@ PARSERS: tuple[Parser, ...] = (
            "253 characters", "SchedulerReady InputRefused; the name is not used or reported"),
     Parser("scope.ledger.decode", "the scope ledger annotation on the tenant's own target (JSON, or zlib: + base64)",
            "the annotation (256 KiB), 8 MiB inflated, nesting within Python's recursion limit",
-           "read as unreadable and rebuilt (README: Threat model)", ("tenant_text.load_json",)),
+           "read as unreadable and rebuilt (docs/threat-model.md)", ("tenant_text.load_json",)),
     Parser("slurm.facts.token_problem", "the Slurm JWT in the binding's Secret (its claims, decoded before sending)",
            "8 KiB", "SlurmReady names the Secret, never the value", ("slurm.facts._unb64",)),
     Parser("pods.parse_time", "timestamps, the rolled-at annotation on the scheduler's pod template",

@@ -21,7 +21,7 @@ every quantity read from it fits:
     <suffix>   ::= Ki | Mi | Gi | Ti | Pi | Ei | e<signedNumber> | E<signedNumber> | n | u | m | "" | k | M | G | T | P | E
 
 Our own parser, not the kubernetes client's: importing `kubernetes.utils` imports the client,
-which the operator does not load (`controller/process.import_kopf`: README, Scale). Where both accept a
+which the operator does not load (`controller/process.import_kopf`: docs/scale.md). Where both accept a
 text they agree (tests/unit/test_placement.py checks it against the client's); the client's
 leniencies (booleans, NaN and Infinity, spaces, "1_000") are refused here, as by the API server.
 """

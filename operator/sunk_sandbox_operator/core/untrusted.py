@@ -11,7 +11,7 @@ so before libyaml builds anything, `check` raises `Refused` (saying what, where,
   text is its anchor's, elsewhere, so no splice can edit through one anyway. An anchor that no alias uses
   expands nothing and is accepted;
 - more than MAX_NODES nodes (scalars, sequences, mappings: what one parse's memory and CPU grow with;
-  the bound is 5x the scale benchmark's 10,000-name list; README, Scale: one edit's cost at it);
+  the bound is 5x the scale benchmark's 10,000-name list; docs/scale.md: one edit's cost at it);
 - nesting deeper than MAX_DEPTH: the code that copies and compares documents recurses (libyaml's own limit,
   1,000, is past Python's recursion limit);
 - and, while constructing (`load`), an integer of more than MAX_INT_CHARS characters: a YAML 1.1 base-60
@@ -19,7 +19,7 @@ so before libyaml builds anything, `check` raises `Refused` (saying what, where,
 
 The common path stays cheap: a text without `*` holds no alias, and counting the characters that can
 open a node, plus one regex for the deepest indentation, bounds its nodes and depth from above (a small
-fraction of the parse: README, Scale). Only a text those bounds cannot clear is scanned
+fraction of the parse: docs/scale.md). Only a text those bounds cannot clear is scanned
 exactly: libyaml's parser, event by event (constant memory), stopping at the first thing refused.
 """
 

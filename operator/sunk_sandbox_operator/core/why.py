@@ -244,7 +244,7 @@ def job(obs: Observation, done: Done) -> Link | None:
     return link_ok(id_, n, what + (f"; the pod is on node {p.node_name}" if p.node_name else ""))
 
 
-# What each link reads (the README's table is kept equal to it by tests/unit/test_why.py).
+# What each link reads (the table in docs/operations.md is kept equal to it by tests/unit/test_why.py).
 READS: dict[str, str] = {
     'binding': 'GET the pod and the Namespace; LIST SunkSandboxBindings',
     'scheduler': 'LIST pods `-l` podSelector and ConfigMaps in its namespace',

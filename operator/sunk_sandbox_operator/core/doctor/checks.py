@@ -8,7 +8,7 @@ because an earlier one failed (it then says which). The decisions are the operat
 discovery (core/scheduler/discovery.py), the grace rule (core/grace.py), the scope list (core/scope/membership.py,
 core/scope/doc.py), the policy rules (core/policy/checks.py); the fixes name the Helm value, and
 the binding field or the doctor flag that was read. `READS` says what each check reads (the
-README table is kept equal to it by a unit test).
+table in docs/operations.md is kept equal to it by a unit test).
 """
 
 from __future__ import annotations
@@ -340,7 +340,7 @@ CHECKS: tuple[Check, ...] = (binding_allowed, scheduler_running, scheduler_name,
                              grace_rule, scope_coverage, scheduler_rbac, slurmd_room, runner_token, policy_fields,
                              slurm_token, partition_exists)
 
-# What each check reads (the README's table; a unit test keeps the two equal). SNS: the scheduler's
+# What each check reads (the table in docs/operations.md; a unit test keeps the two equal). SNS: the scheduler's
 # namespace (its pods, ConfigMaps and the NodeSets' slurmd pods live there).
 READS: dict[str, str] = {
     "binding": "GET the SunkSandboxBinding (binding mode only); the operator's settings: the doctor's flags / `SSB_*` "

@@ -15,7 +15,7 @@ keeps 10,000 names well under the API server's 256 KiB limit for all annotations
 The annotation is on the tenant's own target, so `decode` reads hostile text (tenant_text.PARSERS):
 inflation stops at MAX_DECODED, JSON nested past Python's recursion reads as malformed, and any
 value of the wrong type makes the whole annotation unreadable, never an exception: the ledger is
-then rebuilt (README: an unreadable ledger).
+then rebuilt (docs/threat-model.md: an unreadable ledger).
 """
 
 from __future__ import annotations
