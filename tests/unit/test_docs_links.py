@@ -82,3 +82,10 @@ def test_every_runbook_url_names_a_heading_of_its_page() -> None:
         assert url.startswith(BLOB), url
         path, _, fragment = url[len(BLOB):].partition("#")
         assert fragment in anchors(ROOT / path), url
+
+
+def test_every_code_block_is_closed() -> None:
+    """An unclosed fence turns the rest of a page into code (its headings and links with it)."""
+    for page in pages():
+        fences = [line for line in page.read_text().splitlines() if line.lstrip().startswith("```")]
+        assert len(fences) % 2 == 0, page.relative_to(ROOT)
