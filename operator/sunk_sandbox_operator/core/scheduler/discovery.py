@@ -17,7 +17,8 @@ from typing import Any
 
 from ...api.keys import SCHEDULER_CONFIGMAP_LABEL
 from ...api.reasons import SchedulerReady
-from ...api.spec import DEFAULT_SCOPE_PATH, BindingSpec
+from ...api.scope_spec import DEFAULT_SCOPE_PATH
+from ...api.spec import BindingSpec
 from ...api.status import SchedulerStatus
 from ..conditions import Status
 from .conf import SCHEDULER_CONF_KEY, SCHEDULER_CONTAINER, SchedulerArgs, SchedulerConf, parse_scheduler_args, parse_scheduler_conf
