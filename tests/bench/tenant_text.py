@@ -21,6 +21,7 @@ from typing import Any, Callable
 from sunk_sandbox_operator.api import parse_spec
 from sunk_sandbox_operator.core.scheduler import discovery as scheduler
 from sunk_sandbox_operator.core.scheduler import conf as scheduler_conf
+from sunk_sandbox_operator.core.scheduler import slurm_conf
 
 SPEC = parse_spec({"runner": {"id": "r", "tokenSecretRef": {"name": "s"}}, "sandboxNamespaces": {"names": ["ds-*"]}})
 
@@ -50,8 +51,8 @@ def normal_objects(names: int) -> tuple[list[dict[str, Any]], list[dict[str, Any
 
 
 def _clear() -> None:
-    for memo in ("_parse_text", "_parse_slurm_conf"):
-        fn = getattr(scheduler_conf, memo, None)
+    for module, memo in ((scheduler_conf, "_parse_text"), (slurm_conf, "_parse_slurm_conf")):
+        fn = getattr(module, memo, None)
         if fn is not None:
             fn.cache_clear()
 
@@ -83,9 +84,9 @@ def main() -> None:
         ("discover again (a resync: memos hit)", lambda: scheduler.discover(SPEC, "tenant-slurm", pods, cms), False),
         ("parse_scheduler_args, one pod", lambda: scheduler_conf.parse_scheduler_args(pods[0]), False),
         ("parse_scheduler_args, the sh -c pod", lambda: scheduler_conf.parse_scheduler_args(pods[2]), False),
-        ("slurm.conf KillWait, 121 lines (unmemoized)", lambda: scheduler_conf.slurm_kill_wait(slurm_text), True),
+        ("slurm.conf KillWait, 121 lines (unmemoized)", lambda: slurm_conf.slurm_kill_wait(slurm_text), True),
         ("Go duration 1h2m3.5s", lambda: scheduler_conf.parse_go_duration("1h2m3.5s"), False),
-        ("hostile: slurm.conf line of 8,000 spaces", lambda: scheduler_conf.slurm_kill_wait(" " * 8_000), True),
+        ("hostile: slurm.conf line of 8,000 spaces", lambda: slurm_conf.slurm_kill_wait(" " * 8_000), True),
         ("hostile: --slurm-kill-wait= 4,000 digits x",
          lambda: scheduler_conf.parse_scheduler_args(_pod(0, ["--slurm-kill-wait=" + "1" * 4_000 + "x"], [])), False),
         ("hostile: $(X) 1,000 times, X of 2,000",

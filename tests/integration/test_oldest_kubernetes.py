@@ -26,7 +26,7 @@ from typing import Iterator
 
 import pytest
 
-from sunk_sandbox_operator.adapters.runnerapi.emulator_state import json_names
+from sunk_sandbox_operator.adapters.runnerapi.emulator_wire import json_names
 from tests.conftest import OPERATOR_NS, OPERATOR_SA, SECRET_VALUES, TEST_ENV, Kube, wait_for
 from tests.integration.conftest import binding_spec, new_runner, runner_policy
 from tests.integration.test_crd import (test_bad_binding_rejected_by_kubectl_apply,  # noqa: F401 - run here again

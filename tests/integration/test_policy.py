@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from sunk_sandbox_operator.adapters.runnerapi.emulator_state import json_names
+from sunk_sandbox_operator.adapters.runnerapi.emulator_wire import json_names
 from tests.conftest import assert_stays, wait_for
 from tests.integration.conftest import (READONLY_TOKEN, binding_spec, calls, create_token_secret, grant_secret_read,
                                         make_scheduler, new_runner, runner_policy, writes)

@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from sunk_sandbox_operator.adapters.runnerapi.emulator_state import CO_WRITER, json_names
+from sunk_sandbox_operator.adapters.runnerapi.emulator_state import CO_WRITER
+from sunk_sandbox_operator.adapters.runnerapi.emulator_wire import json_names
 from tests.conftest import assert_stays, wait_for
 from tests.integration.conftest import binding_spec, calls, new_runner, runner_policy, writes
 

@@ -31,6 +31,7 @@ from sunk_sandbox_operator.adapters.runnerapi import errors as rerr
 from sunk_sandbox_operator.controller.config import Config
 from sunk_sandbox_operator.controller import placement
 from sunk_sandbox_operator.controller.context import Context
+from sunk_sandbox_operator.controller.depends import Dependencies
 from sunk_sandbox_operator.controller.state import BindingState
 from sunk_sandbox_operator.core.scheduler.discovery import Discovery
 
@@ -595,6 +596,7 @@ class Harness:
         self.ctx = Context(config=self.config, kube=self.kube,
                            event_sink=lambda body, kind, reason, message: self.events.append((kind, reason, message)),
                            monotonic=self.clock, sleep=self.clock.sleep, now_iso=self.clock.iso)
+        self.ctx.depends = Dependencies(self.ctx)  # as lifecycle.start attaches it
         # The binding cache as its informer feeds it: every binding the fake API server holds, as it changes.
         self.kube.watch("bindings", self.ctx.binding_cache.apply)
         self.ctx.binding_cache.listed = lambda: True

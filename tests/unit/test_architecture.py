@@ -9,7 +9,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "operator" / "sunk_sandbox_operator"
-MAX_LINES = 420  # a guide, not a law: a module over it is probably doing two jobs
+MAX_LINES = 350  # a module over it is probably doing two jobs: split it along its seam
 
 
 def test_import_contracts_are_kept():

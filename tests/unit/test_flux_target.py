@@ -257,7 +257,7 @@ def test_for_spec_defaults_to_the_scheduler_namespace_and_derives_the_configmap_
 
 
 def test_the_crd_requires_a_name_for_the_flux_kind() -> None:
-    from sunk_sandbox_operator.api.spec import ScopeTargetSpec as ScopeTarget
+    from sunk_sandbox_operator.api.scope_spec import ScopeTargetSpec as ScopeTarget
 
     rules = ScopeTarget.model_json_schema()["x-kubernetes-validations"]
     assert any("FluxHelmRelease" in r["rule"] and "helmRelease.name" in r["message"] for r in rules)

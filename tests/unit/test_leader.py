@@ -20,12 +20,8 @@ import pytest
 
 from sunk_sandbox_operator.adapters import kube as k
 from sunk_sandbox_operator.controller import leader as leader_mod
-from sunk_sandbox_operator.controller.leader import (
-    JITTER_FACTOR,
-    LeaderElector,
-    micro_time_now,
-    new_identity,
-)
+from sunk_sandbox_operator.controller.leader import JITTER_FACTOR, LeaderElector
+from sunk_sandbox_operator.controller.lease import micro_time_now, new_identity
 
 NS, NAME = "sunk-system", "sunk-sandbox-operator"
 EPOCH = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)

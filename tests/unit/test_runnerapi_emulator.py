@@ -21,7 +21,7 @@ from sunk_sandbox_operator.adapters.runnerapi.emulator import (
     running_emulator,
     state_from_args,
 )
-from sunk_sandbox_operator.adapters.runnerapi.emulator_state import json_name, json_names
+from sunk_sandbox_operator.adapters.runnerapi.emulator_wire import json_name, json_names
 
 ADMIN = "admin-tok-1"
 READONLY = "readonly-tok-1"

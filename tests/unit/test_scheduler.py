@@ -16,9 +16,8 @@ from sunk_sandbox_operator.core.scheduler.conf import (
     parse_go_duration,
     parse_scheduler_args,
     parse_scheduler_conf,
-    parse_slurm_kill_wait,
-    slurm_kill_wait,
 )
+from sunk_sandbox_operator.core.scheduler.slurm_conf import parse_slurm_kill_wait, slurm_kill_wait
 from sunk_sandbox_operator.core.scheduler.discovery import (
     Discovery,
     discover,

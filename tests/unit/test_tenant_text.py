@@ -25,6 +25,7 @@ from sunk_sandbox_operator.api.spec import SandboxNamespaces
 from sunk_sandbox_operator.core import pods, selectors, tenancy, tenant_text, units, untrusted
 from sunk_sandbox_operator.core.scheduler import argv
 from sunk_sandbox_operator.core.scheduler import conf as scheduler_conf
+from sunk_sandbox_operator.core.scheduler import slurm_conf
 from sunk_sandbox_operator.core.slurm import facts as slurm
 
 from sunk_sandbox_operator.core.scope import ledger, membership  # noqa: E402
@@ -49,22 +50,22 @@ def _conf(inner: str) -> str:
 LIFTED = 1 << 30
 _matcher = membership.compile_matcher(SandboxNamespaces.model_construct(names=["a*a*a*a*b", "*" + "a" * 60 + "*"],
                                                                   selector=None))
-_slurm_conf = scheduler_conf._parse_slurm_conf.__wrapped__     # the memo would time a dict lookup
+_slurm_conf = slurm_conf._parse_slurm_conf.__wrapped__     # the memo would time a dict lookup
 _scheduler_conf = scheduler_conf._parse_text.__wrapped__
 _quantity = units._parse.__wrapped__
 
 # name in the registry -> (shape, function, input of size n, n, bounds lifted {module.CONSTANT: value})
 SHAPES: dict[str, list[Shape]] = {
-    "scheduler.conf.slurm_kill_wait": [
+    "scheduler.slurm_conf.slurm_kill_wait": [
         ("a run of spaces without = on a KillWait line", _slurm_conf, lambda n: "KillWait" + " " * n + "x", 60_000,
-         {"scheduler.conf.MAX_SLURM_CONF_LINE": LIFTED, "scheduler.conf.MAX_SLURM_CONF_CHARS": LIFTED}),
-        ("the same past the bound (refused)", scheduler_conf.slurm_kill_wait,
+         {"scheduler.slurm_conf.MAX_SLURM_CONF_LINE": LIFTED, "scheduler.slurm_conf.MAX_SLURM_CONF_CHARS": LIFTED}),
+        ("the same past the bound (refused)", slurm_conf.slurm_kill_wait,
          lambda n: "KillWait" + " " * n + "x", 70_000, {}),
         ("KillWait = 60 on many lines", _slurm_conf, lambda n: "KillWait = 60\n" * n, 3_000, {}),
         ("runs of ' = '", _slurm_conf, lambda n: "KillWait" + " = " * n, 20_000,
-         {"scheduler.conf.MAX_SLURM_CONF_LINE": LIFTED, "scheduler.conf.MAX_SLURM_CONF_CHARS": LIFTED}),
+         {"scheduler.slurm_conf.MAX_SLURM_CONF_LINE": LIFTED, "scheduler.slurm_conf.MAX_SLURM_CONF_CHARS": LIFTED}),
         ("digits and a bad unit as the value", _slurm_conf, lambda n: "KillWait=" + "1" * n + "x", 60_000,
-         {"scheduler.conf.MAX_SLURM_CONF_LINE": LIFTED, "scheduler.conf.MAX_SLURM_CONF_CHARS": LIFTED}),
+         {"scheduler.slurm_conf.MAX_SLURM_CONF_LINE": LIFTED, "scheduler.slurm_conf.MAX_SLURM_CONF_CHARS": LIFTED}),
     ],
     "scheduler.conf.parse_scheduler_args": [
         ("$(X) repeated, X of 20,000", scheduler_conf.parse_scheduler_args,

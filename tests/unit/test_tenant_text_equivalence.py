@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from sunk_sandbox_operator.core import selectors, tenancy, units
 from sunk_sandbox_operator.core.scheduler import argv
 from sunk_sandbox_operator.core.scheduler import conf as scheduler_conf
+from sunk_sandbox_operator.core.scheduler import slurm_conf
 from sunk_sandbox_operator.core.tenant_text import printable
 
 # ---------------------------------------------------------------- the old implementations
@@ -160,7 +161,7 @@ _SLURM_PIECES = ["KillWait", "killwait", "KILLWAIT", "=", " = ", " ", "\t", "60"
 @settings(max_examples=500, deadline=None)
 @given(st.lists(st.sampled_from(_SLURM_PIECES), max_size=20).map("".join))
 def test_slurm_conf_reads_as_before(text: str) -> None:
-    conf = scheduler_conf.slurm_conf(text)
+    conf = slurm_conf.slurm_conf(text)
     assert (conf.kill_wait, conf.error) == _old_slurm_kill_wait(text)
     assert conf.includes == _old_sets_include(text)
 
@@ -168,13 +169,13 @@ def test_slurm_conf_reads_as_before(text: str) -> None:
 @pytest.mark.parametrize("text", ["KillWait = 60", "KillWait=60\nKillWait = 90 # later wins", "SlurmctldPort=6817 KillWait=45",
                                   "killwait\t=\t120", "# KillWait=10\n", "KillWait=x"])
 def test_usual_slurm_confs_read_as_before(text: str) -> None:
-    assert scheduler_conf.slurm_kill_wait(text) == _old_slurm_kill_wait(text)
+    assert slurm_conf.slurm_kill_wait(text) == _old_slurm_kill_wait(text)
 
 
 def test_a_superscript_kill_wait_is_an_error_not_an_exception() -> None:
     with pytest.raises(ValueError):
         _old_slurm_kill_wait("KillWait=²")  # int("²") raised out of discovery
-    assert scheduler_conf.slurm_kill_wait("KillWait=²") == (None, "slurm.conf line 1: KillWait='²' is not whole seconds")
+    assert slurm_conf.slurm_kill_wait("KillWait=²") == (None, "slurm.conf line 1: KillWait='²' is not whole seconds")
 
 
 # ---------------------------------------------------------------- args: expansion and words

@@ -7,5 +7,6 @@ names other layers use.
 from .keys import *  # noqa: F401,F403
 from .reasons import CONDITION_TYPES, READY_INPUTS, ConditionType  # noqa: F401
 from .slurm import *  # noqa: F401,F403
+from .scope_spec import *  # noqa: F401,F403
 from .spec import *  # noqa: F401,F403
 from .status import *  # noqa: F401,F403

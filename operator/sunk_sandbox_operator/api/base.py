@@ -16,3 +16,11 @@ class _Model(BaseModel):
     def wire(self) -> dict[str, Any]:
         """The object as the API server stores it (camelCase, no unset optionals)."""
         return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+# A CEL rule the API server runs (x-kubernetes-validations), next to the model it guards.
+def _cel(rule: str, message: str, field_path: str | None = None) -> dict[str, Any]:
+    out = {"rule": rule, "message": message}
+    if field_path:
+        out["fieldPath"] = field_path
+    return out

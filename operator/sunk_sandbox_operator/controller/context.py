@@ -13,7 +13,7 @@ import datetime as dt
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from ..adapters import events
 from ..adapters.informer import Informer
@@ -30,9 +30,11 @@ from .failpoints import Failpoints
 from .config import Config
 from ..core.redact import Redactor
 from ..core.tenancy import TenancyPolicy
-from .depends import Dependencies
 from .timers import Timers
 from .state import BindingState, Registry
+
+if TYPE_CHECKING:  # built by whoever builds the context (lifecycle.start; the tests' Harness), not here
+    from .depends import Dependencies
 
 log = logging.getLogger("sunk_sandbox_operator")
 
@@ -64,7 +66,9 @@ class Context:
     tasks: list[asyncio.Task[None]] = field(default_factory=list)  # their running tasks
     http: KubeHTTP | None = None                    # the session the informers share
     binding_cache: BindingCache = field(init=False)  # every binding, by runner and target (built below)
-    depends: Dependencies = None  # type: ignore[assignment]  # scheduler objects and scope targets (built below)
+    # The scheduler objects' and scope targets' watches: `Dependencies(ctx)` needs the finished context,
+    # so its builder attaches it (lifecycle.start); the context itself only asks it to refresh.
+    depends: Dependencies = None  # type: ignore[assignment]
     timers: Timers = field(init=False)  # delayed actions on the injected clock (built below)
     # controller.slurm_poll.Pollers: the shared slurmrestd pollers, made on first use (slurm_poll.pollers);
     # not imported here (it reaches the placement wing, which needs this module).
@@ -80,8 +84,6 @@ class Context:
         self._post = events.safe(self.event_sink, self.redactor.redact)
         if self.metrics is None:
             self.metrics = Metrics(lambda: self.bindings.samples())
-        if self.depends is None:
-            self.depends = Dependencies(self)
         self.timers = Timers(self.monotonic, self.sleep)
         self.runner_budget = Budget(DEFAULT_LIMITER, self.config.runner_api_binding_rate,
                                     self.config.runner_api_binding_burst, self.config.runner_api_max_wait_seconds,

@@ -62,7 +62,8 @@ from ..adapters.kube import Kube
 from ..adapters.kubeconfig import Access
 from ..adapters.kubehttp import KubeHTTP
 from .config import Config
-from .leader import LeaderElector, new_identity
+from .leader import LeaderElector
+from .lease import new_identity
 
 log = logging.getLogger("sunk_sandbox_operator")
 

@@ -23,54 +23,31 @@ Hygiene: a standby polls every `standby_poll` (×1–1.2, jittered) while anothe
 valid; an error (the API server away, the Lease's namespace or RBAC gone after an uninstall) backs
 off with the project's one backoff (controller/retry.py: from the poll interval, doubling, capped at
 ERROR_BACKOFF_CAP, jittered). Each state is logged once when it begins (held by whom, which error,
-leading, lost, working again), not at every attempt.
+leading, lost, working again), not at every attempt. What is written to the Lease (its bodies,
+the identities): controller/lease.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import logging
 import math
-import os
 import random
-import socket
 import time
-import uuid
-from typing import Awaitable, Callable, Protocol, TypeVar
+from typing import Awaitable, Callable, TypeVar
 
 from ..adapters.kube import Conflict, NotFound
+from . import lease as lease_
+from .lease import DEFAULT_LEASE_NAME, LeaseAPI, micro_time_now
 from .retry import Backoff
 
 log = logging.getLogger("sunk_sandbox_operator")
 
 T = TypeVar("T")
 
-DEFAULT_LEASE_NAME = "sunk-sandbox-operator"
 JITTER_FACTOR = 1.2      # client-go's acquire retry: retry_period · (1 + 1.2·rand)
 _EPSILON = 1e-6          # a deadline this close is due (float sums are not exact)
 ERROR_BACKOFF_CAP = 30.0  # seconds: at most this long between two attempts while acquiring fails
-
-
-class LeaseAPI(Protocol):
-    """The three Lease calls of `adapters.kube.Kube` the elector needs (raw camelCase dicts)."""
-
-    async def get_lease(self, namespace: str, name: str) -> dict: ...
-
-    async def create_lease(self, namespace: str, body: dict) -> dict: ...
-
-    async def replace_lease(self, namespace: str, name: str, body: dict) -> dict: ...
-
-
-def micro_time_now() -> str:
-    """metav1.MicroTime: RFC 3339 in UTC with microseconds."""
-    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def new_identity(pod_name: str | None = None) -> str:
-    """The pod name (POD_NAME, else the host name) and a random suffix: a restart is a new identity."""
-    base = pod_name or os.environ.get("POD_NAME") or socket.gethostname()
-    return f"{base}_{uuid.uuid4().hex[:12]}"
 
 
 class _DeadlinePassed(Exception):
@@ -250,11 +227,8 @@ class LeaderElector:
             spec = lease.get("spec") or {}
             if spec.get("holderIdentity") != self.identity:
                 return False
-            now = self._wall_now()
-            body = {**lease, "spec": {**spec, "holderIdentity": "", "leaseDurationSeconds": 1,
-                                      "acquireTime": now, "renewTime": now,
-                                      "leaseTransitions": int(spec.get("leaseTransitions") or 0)}}
-            released = await self.kube.replace_lease(self.namespace, self.name, body)
+            released = await self.kube.replace_lease(self.namespace, self.name,
+                                                     lease_.released(lease, self._wall_now()))
         except Exception as exc:
             log.warning("leader election: cannot release %s/%s: %s", self.namespace, self.name, exc)
             return False
@@ -271,14 +245,7 @@ class LeaderElector:
         try:
             lease = await self.kube.get_lease(self.namespace, self.name)
         except NotFound:
-            now = self._wall_now()
-            body = {
-                "apiVersion": "coordination.k8s.io/v1",
-                "kind": "Lease",
-                "metadata": {"name": self.name, "namespace": self.namespace},
-                "spec": {"holderIdentity": self.identity, "leaseDurationSeconds": self._lease_seconds,
-                         "acquireTime": now, "renewTime": now, "leaseTransitions": 0},
-            }
+            body = lease_.new(self.namespace, self.name, self.identity, self._lease_seconds, self._wall_now())
             created = await self.kube.create_lease(self.namespace, body)
             self._observe(created, self._clock())
             self._renewed(start)
@@ -289,18 +256,8 @@ class LeaderElector:
         ours = holder == self.identity
         if holder and not ours and self._observed_valid():
             return False
-        now = self._wall_now()
-        transitions = int(spec.get("leaseTransitions") or 0)
-        new_spec = {
-            **spec,
-            "holderIdentity": self.identity,
-            "leaseDurationSeconds": self._lease_seconds,
-            "acquireTime": spec.get("acquireTime") if ours and spec.get("acquireTime") else now,
-            "renewTime": now,
-            "leaseTransitions": transitions if ours else transitions + 1,
-        }
-        # The read's metadata, resourceVersion included: the PUT's precondition.
-        replaced = await self.kube.replace_lease(self.namespace, self.name, {**lease, "spec": new_spec})
+        body = lease_.held(lease, self.identity, self._lease_seconds, self._wall_now())
+        replaced = await self.kube.replace_lease(self.namespace, self.name, body)
         self._observe(replaced, self._clock())
         self._renewed(start)
         return True
@@ -312,12 +269,10 @@ class LeaderElector:
             self._on_renewed(start + self.renew_deadline)
 
     def _observe(self, lease: dict, at: float) -> None:
-        spec = lease.get("spec") or {}
-        key = (spec.get("holderIdentity") or "", spec.get("renewTime"),
-               (lease.get("metadata") or {}).get("resourceVersion"))
+        key = lease_.change_key(lease)
         if key != self._observed_key:
             self._observed_key, self._observed_at = key, at
-        self._observed_spec = spec
+        self._observed_spec = lease.get("spec") or {}
 
     def _observed_valid(self) -> bool:
         seconds = self._observed_spec.get("leaseDurationSeconds")

@@ -30,6 +30,7 @@ from . import budget, process, reconcile, watch
 from .config import Config, load
 from .caches import GrantCache
 from .context import Context
+from .depends import Dependencies
 from .failpoints import Failpoints
 from .state import BindingState
 
@@ -77,6 +78,7 @@ async def start(logger: logging.Logger, config: Config | None = None) -> Context
     kube = Kube(http)
     ctx = Context(config=config, kube=kube, failpoints=Failpoints(config.failpoints),
                   ownership=OwnershipStore(kube, config.operator_namespace))
+    ctx.depends = Dependencies(ctx)
     logsafe.install(ctx.redactor)  # every record through the root handlers kopf configured (core/redact.py)
     if config.metrics_port:
         await ctx.metrics.serve(config.metrics_port, config.metrics_address)

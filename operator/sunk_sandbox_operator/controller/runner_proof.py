@@ -23,21 +23,12 @@ from ..core.compose import Part
 from ..core.problems import Problem
 from ..core.redact import describe
 from .context import Context
+from .runner_record import current
 from .state import BindingState
 
 # Answers that say this token may not manage this runner: the attempt failed.
 REFUSALS = {"unauthenticated": PolicySynced.UNAUTHENTICATED, "permission_denied": PolicySynced.PERMISSION_DENIED,
             "not_found": PolicySynced.RUNNER_NOT_FOUND}
-
-
-def current(state: BindingState) -> dict[str, Any]:
-    """status.runner for the admitted spec's runner (recorded, else as last written, else untried)."""
-    spec = state.admitted_spec
-    mine = {"id": spec.runner.id, "apiURL": spec.runner.api_url}
-    for record in (state.runner_proof, state.status.get("runner")):
-        if isinstance(record, dict) and {k: record.get(k) for k in mine} == mine:
-            return record
-    return mine
 
 
 def me(state: BindingState) -> dict[str, Any]:
@@ -68,14 +59,6 @@ def failed(state: BindingState, reason: str) -> None:
     """The token could not be read (CredentialsMissing): a failed attempt, unless proven already."""
     if state.admitted is not None and tier(state) != conflicts.PROVEN:
         _record(state, failure=reason)
-
-
-def section(state: BindingState) -> dict[str, Any] | None:
-    """What status.runner should say now (None: leave it as it is)."""
-    if state.admitted is None:
-        return None
-    record = current(state)
-    return record if record != state.status.get("runner") else None
 
 
 async def attempt(ctx: Context, state: BindingState, api: rc.RunnerClient) -> Part | None:

@@ -17,7 +17,7 @@ from ..adapters import logfields
 from ..api.reasons import CONDITION_TYPES, Common, ConditionType
 from ..core import compose, pause, resync
 from ..core import conditions as c
-from . import runner_proof
+from . import runner_record
 from .coalescer import Coalescer
 from .context import Context
 from .state import BindingState
@@ -42,7 +42,7 @@ async def flush(ctx: Context, state: BindingState) -> bool:
         if paused and state.reconciled_generation is None:  # paused since this process started: not observed
             generation = state.status.get("observedGeneration") or generation
         note = resync.decide(state.spec.resync_interval, ctx.config.min_resync_seconds).note if state.spec else None
-        runner = runner_proof.section(state)
+        runner = runner_record.section(state)
         new = compose.compose(state.status, parts, generation, ctx.now_iso(), state.handled_request, note,
                               {"runner": runner} if runner is not None else None, paused)
         if compose.without_volatile(new) == compose.without_volatile(state.status):

@@ -98,7 +98,7 @@ class Parser:
 
 
 PARSERS: tuple[Parser, ...] = (
-    Parser("scheduler.conf.slurm_kill_wait",
+    Parser("scheduler.slurm_conf.slurm_kill_wait",
            "every ConfigMap key ending in slurm.conf in the scheduler's namespace (KillWait, Include)",
            "1 MiB a key, 64 KiB a line", "SchedulerReady InputRefused naming the ConfigMap and key; the key is skipped"),
     Parser("scheduler.conf.parse_scheduler_args",

@@ -20,7 +20,7 @@ from typing import Any
 
 from ..api.reasons import ConditionType, GracePeriodSafe
 from . import grace as gr
-from .placement import observe_pod
+from .pod_facts import observe_pod
 from .pods import parse_time
 from .policy.merge import desired_fields
 from .policy.paths import PolicyError

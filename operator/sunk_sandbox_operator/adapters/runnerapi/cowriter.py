@@ -19,7 +19,7 @@ from typing import Any, Literal
 import httpx
 
 from ...core.policy.paths import strict_equal
-from .emulator_state import SERVICE, json_names
+from .emulator_wire import SERVICE, json_names
 
 Outcome = Literal["unchanged", "applied", "conflict", "error"]
 

@@ -8,7 +8,8 @@ because an earlier one failed (it then says which). The decisions are the operat
 discovery (core/scheduler/discovery.py), the grace rule (core/grace.py), the scope list (core/scope/membership.py,
 core/scope/doc.py), the policy rules (core/policy/checks.py); the fixes name the Helm value, and
 the binding field or the doctor flag that was read. `READS` says what each check reads (the
-table in docs/operations.md is kept equal to it by a unit test).
+table in docs/operations.md is kept equal to it by a unit test). The runner API's and slurmrestd's
+checks are `remote_checks.py`'s.
 """
 
 from __future__ import annotations
@@ -17,25 +18,11 @@ from collections.abc import Callable
 
 from ...api.reasons import Common, GracePeriodSafe
 from .. import grace as gr
-from .facts import Observation, Result
+from .facts import Observation, Result, failing, passed, skipped
 from .node_room import NodeRoom
-from ..policy.checks import policy_warnings, validate_policy
-from ..policy.paths import PolicyError
-from ..redact import describe
+from .remote_checks import partition_exists, policy_fields, runner_token, slurm_token
 from ..scheduler.discovery import UPGRADE_ORDER, Discovery
 from ..scope.plan import missing_summary, names
-from ..slurm.facts import expiring, iso, ready_condition
-
-def _passed(id_: str, name: str, detail: str) -> Result:
-    return Result(id_, name, True, detail)
-
-
-def _failed(id_: str, name: str, detail: str, fix: str) -> Result:
-    return Result(id_, name, False, detail, fix)
-
-
-def _skipped(id_: str, name: str, detail: str) -> Result:
-    return Result(id_, name, None, detail)
 
 
 def _found(obs: Observation) -> Discovery | None:
@@ -56,33 +43,33 @@ def binding_allowed(obs: Observation) -> Result | None:
         return None
     if obs.violations:
         judged = f" (judged with {obs.settings})" if obs.settings else ""
-        return _failed("binding", n, f"the operator refuses {obs.binding}: " + "; ".join(obs.violations) + judged,
+        return failing("binding", n, f"the operator refuses {obs.binding}: " + "; ".join(obs.violations) + judged,
                        Common.NOT_ALLOWED.fix)
-    return _passed("binding", n, f"{obs.binding} asks nothing the operator's settings refuse")
+    return passed("binding", n, f"{obs.binding} asks nothing the operator's settings refuse")
 
 
 def scheduler_running(obs: Observation) -> Result:
     n, d = "scheduler running", obs.discovery
     sel = f"-l {d.selector}" if d is not None and d.selector else ""
     if obs.scheduler_error or d is None:
-        return _failed("scheduler-running", n, obs.scheduler_error or "not read",
+        return failing("scheduler-running", n, obs.scheduler_error or "not read",
                        CREDENTIALS)
     if not d.pods_found:
-        return _failed("scheduler-running", n, f"no pods {sel} in {d.namespace}",
+        return failing("scheduler-running", n, f"no pods {sel} in {d.namespace}",
                        "enable it: `scheduler.enabled: true` in the Slurm Helm values; or point the doctor at it: "
                        + obs.knob("spec.scheduler.namespace / podSelector", "--scheduler-namespace / --scheduler-selector"))
     if not d.ready_replicas and d.crash_looping:
         old_flag = " (a SUNK 8.2 scheduler has no --slurm-kill-wait flag: drop it from the args; KillWait comes " \
             "from slurm.conf)" if d.scheduler_kill_wait is not None and d.scheduler_kill_wait[1] == "args" else ""
-        return _failed("scheduler-running", n, f"{d.pods_found} pod(s) {sel} in {d.namespace}, none Ready; "
+        return failing("scheduler-running", n, f"{d.pods_found} pod(s) {sel} in {d.namespace}, none Ready; "
                        f"{', '.join(d.crash_looping)} in CrashLoopBackOff",
                        f"{UPGRADE_ORDER}{old_flag}; `kubectl logs -n {d.namespace} {sel} -c scheduler --previous` "
                        "says why it exits")
     if not d.ready_replicas:
-        return _failed("scheduler-running", n, f"{d.pods_found} pod(s) {sel} in {d.namespace}, none Ready",
+        return failing("scheduler-running", n, f"{d.pods_found} pod(s) {sel} in {d.namespace}, none Ready",
                        f"see why: `kubectl describe pods -n {d.namespace} {sel}`, `kubectl logs -n {d.namespace} "
                        f"{sel} -c scheduler`")
-    return _passed("scheduler-running", n, f"{d.ready_replicas} of {d.pods_found} pod(s) {sel} Ready in {d.namespace}")
+    return passed("scheduler-running", n, f"{d.ready_replicas} of {d.pods_found} pod(s) {sel} Ready in {d.namespace}")
 
 
 _NAME_SOURCES = {"configMap": "scheduler.conf `.scheduler.name` (SUNK 8)", "args": "--scheduler-name (SUNK 7)",
@@ -92,22 +79,22 @@ _NAME_SOURCES = {"configMap": "scheduler.conf `.scheduler.name` (SUNK 8)", "args
 def scheduler_name(obs: Observation) -> Result:
     n, d = "scheduler name", _found(obs)
     if d is None:
-        return _skipped("scheduler-name", n, NO_SCHEDULER)
+        return skipped("scheduler-name", n, NO_SCHEDULER)
     errors = "".join(f"; {e}" for e in d.errors) + "".join(f"; refused: {r}" for r in d.refused)  # InputRefused's
     if d.name is None:
-        return _failed("scheduler-name", n, f"neither scheduler.conf nor --scheduler-name names it{errors}",
+        return failing("scheduler-name", n, f"neither scheduler.conf nor --scheduler-name names it{errors}",
                        "set `scheduler.name` in the Slurm Helm values, or "
                        + obs.knob("spec.scheduler.name", "--scheduler-name"))
     source = _NAME_SOURCES.get(d.name_source or "", d.name_source or "?")
     if d.name_source == "spec" and d.discovered_name and d.discovered_name != d.name:
-        return _failed("scheduler-name", n, f"{d.name!r} ({source}) but the scheduler calls itself "
+        return failing("scheduler-name", n, f"{d.name!r} ({source}) but the scheduler calls itself "
                        f"{d.discovered_name!r}: sandbox pods naming {d.name!r} stay Pending",
                        f"set {obs.knob('spec.scheduler.name', '--scheduler-name')} to {d.discovered_name!r}, or "
                        "leave it empty to use the discovered name")
     if errors:
-        return _failed("scheduler-name", n, f"{d.name!r} from {source}{errors}",
+        return failing("scheduler-name", n, f"{d.name!r} from {source}{errors}",
                        "fix the scheduler's config (the error names the object and field)")
-    return _passed("scheduler-name", n, f"{d.name!r} from {source}")
+    return passed("scheduler-name", n, f"{d.name!r} from {source}")
 
 
 def _kill_wait_source(d: Discovery) -> str:
@@ -123,56 +110,56 @@ def _kill_wait_source(d: Discovery) -> str:
 def kill_wait(obs: Observation) -> Result:
     n, d = "kill-wait", obs.discovery
     if d is None or obs.scheduler_error:
-        return _skipped("kill-wait", n, NO_SCHEDULER)
+        return skipped("kill-wait", n, NO_SCHEDULER)
     if d.kill_wait_seconds is None:
-        return _failed("kill-wait", n, f"no slurm.conf ConfigMap with KillWait in {d.namespace} (where SUNK 8.2 reads "
+        return failing("kill-wait", n, f"no slurm.conf ConfigMap with KillWait in {d.namespace} (where SUNK 8.2 reads "
                        "it), no --slurm-kill-wait argument (SUNK 8.1 and older), none in scheduler.conf",
                        "set `slurmConfig.KillWait` in the Slurm Helm values (60 for the default 30 s grace), or say "
                        "it: " + obs.knob("spec.scheduler.killWaitSeconds", "--kill-wait-seconds"))
-    return _passed("kill-wait", n, f"{d.kill_wait_seconds} s from {_kill_wait_source(d)}")
+    return passed("kill-wait", n, f"{d.kill_wait_seconds} s from {_kill_wait_source(d)}")
 
 
 def kill_wait_matches(obs: Observation) -> Result:
     n, d = "kill-wait equals Slurm's KillWait", obs.discovery
     if d is None or obs.scheduler_error:
-        return _skipped("kill-wait-matches", n, NO_SCHEDULER)
+        return skipped("kill-wait-matches", n, NO_SCHEDULER)
     ours, slurm = d.scheduler_kill_wait, d.slurm_kill_wait
     if ours is None and slurm is not None:
-        return _passed("kill-wait-matches", n, f"the scheduler sets none of its own: it uses Slurm's KillWait, "
+        return passed("kill-wait-matches", n, f"the scheduler sets none of its own: it uses Slurm's KillWait, "
                        f"{slurm[0]} s ({slurm[1]})")
     if ours is None:
-        return _failed("kill-wait-matches", n, f"neither side found in {d.namespace}",
+        return failing("kill-wait-matches", n, f"neither side found in {d.namespace}",
                        "set `slurmConfig.KillWait` in the Slurm Helm values")
     where = "--slurm-kill-wait" if ours[1] == "args" else "scheduler.conf"
     if slurm is None:
-        return _failed("kill-wait-matches", n, f"the scheduler's is {ours[0]} s ({where}); Slurm's KillWait was not "
+        return failing("kill-wait-matches", n, f"the scheduler's is {ours[0]} s ({where}); Slurm's KillWait was not "
                        f"found (no ConfigMap with a slurm.conf key in {d.namespace}, or it uses Include)",
                        "compare by hand: `scontrol show config | grep KillWait` on a Slurm login node")
     if ours[0] != slurm[0]:
-        return _failed("kill-wait-matches", n, f"the scheduler's is {ours[0]} s ({where}) but Slurm's KillWait is "
+        return failing("kill-wait-matches", n, f"the scheduler's is {ours[0]} s ({where}) but Slurm's KillWait is "
                        f"{slurm[0]} s ({slurm[1]})",
                        "keep them equal: set `slurmConfig.KillWait` in the Slurm Helm values and roll the release "
                        "out so the scheduler's kill-wait follows")
-    return _passed("kill-wait-matches", n, f"{ours[0]} s on both sides ({where}; {slurm[1]})")
+    return passed("kill-wait-matches", n, f"{ours[0]} s on both sides ({where}; {slurm[1]})")
 
 
 def grace_rule(obs: Observation) -> Result:
     n, d = "grace rule", obs.discovery
     kw = d.kill_wait_seconds if d is not None and not obs.scheduler_error else None
     if kw is None:
-        return _skipped("grace", n, "not checked: the kill-wait is unknown (see above)")
+        return skipped("grace", n, "not checked: the kill-wait is unknown (see above)")
     if obs.pods_error:
-        return _failed("grace", n, obs.pods_error, CREDENTIALS)
+        return failing("grace", n, obs.pods_error, CREDENTIALS)
     p = obs.pods
     status, _, message = gr.grace_condition(obs.expected_grace, p.max_grace, kw)
     seen = f"{p.count} sandbox pod(s) seen" if p.count else "no sandbox pod seen yet"
     unsafe = {g: c for g, c in p.graces.items() if not gr.is_safe(g, kw)}
     if status == "True":
-        return _passed("grace", n, f"{message} ({seen})")
+        return passed("grace", n, f"{message} ({seen})")
     worst = max(unsafe) if unsafe else None
     pods = (f"; {sum(unsafe.values())} of {p.count} pod(s) too long, e.g. {p.grace_example[worst]} ({worst} s)"
             if worst is not None and worst in p.grace_example else "")
-    return _failed("grace", n, f"{message}{pods}", GracePeriodSafe.TOO_LONG.fix)
+    return failing("grace", n, f"{message}{pods}", GracePeriodSafe.TOO_LONG.fix)
 
 
 def scope_coverage(obs: Observation) -> Result:
@@ -184,46 +171,46 @@ def scope_coverage(obs: Observation) -> Result:
             else "; a SunkSandboxBinding keeps that list in sync as the runner creates namespaces"))
     if s is None:
         if d is None:
-            return _skipped("scope", n, NO_SCHEDULER)
-        return _failed("scope", n, f"no scheduler.conf in {d.namespace} (ConfigMap labelled "
+            return skipped("scope", n, NO_SCHEDULER)
+        return failing("scope", n, f"no scheduler.conf in {d.namespace} (ConfigMap labelled "
                        "app.kubernetes.io/component=scheduler) says what it watches", fix)
     if obs.pods_error:
-        return _failed("scope", n, obs.pods_error, CREDENTIALS)
+        return failing("scope", n, obs.pods_error, CREDENTIALS)
     if s.error:
-        return _failed("scope", n, f"{s.where}: {s.error}", "fix that document; nothing reads a scope from it meanwhile")
+        return failing("scope", n, f"{s.where}: {s.error}", "fix that document; nothing reads a scope from it meanwhile")
     if s.scope_type == "cluster":
-        return _passed("scope", n, f"type cluster in {s.where}: every namespace, the {len(want)} {how} included")
+        return passed("scope", n, f"type cluster in {s.where}: every namespace, the {len(want)} {how} included")
     listed = set(s.values or ()) or {obs.scheduler_namespace}  # blank: the scheduler's own namespace
     count, first = missing_summary(set(want), listed, 5)
     kind = f"type {s.scope_type or 'namespace'} in {s.where} lists {len(listed)}"
     if count:
-        return _failed("scope", n, f"{kind}; {count} of the {len(want)} {how} missing: {', '.join(first)}"
+        return failing("scope", n, f"{kind}; {count} of the {len(want)} {how} missing: {', '.join(first)}"
                        + (" …" if count > len(first) else ""), fix)
     if not want:
-        return _passed("scope", n, f"{kind}; no {how} yet, so nothing to cover")
-    return _passed("scope", n, f"{kind}, every one of the {len(want)} {how}")
+        return passed("scope", n, f"{kind}; no {how} yet, so nothing to cover")
+    return passed("scope", n, f"{kind}, every one of the {len(want)} {how}")
 
 
 def scheduler_rbac(obs: Observation) -> Result:
     n, a = "scheduler RBAC in sandbox namespaces", obs.access
     if a is None or _found(obs) is None:
-        return _skipped("scheduler-rbac", n, NO_SCHEDULER)
+        return skipped("scheduler-rbac", n, NO_SCHEDULER)
     if a.error:
-        return _failed("scheduler-rbac", n, a.error, "run the doctor with credentials that may create "
+        return failing("scheduler-rbac", n, a.error, "run the doctor with credentials that may create "
                        "SubjectAccessReviews (authorization.k8s.io)")
     what = f"{a.service_account} may watch pods and create pods/binding"
     if a.cluster:
-        return _passed("scheduler-rbac", n, f"{what} in every namespace")
+        return passed("scheduler-rbac", n, f"{what} in every namespace")
     if a.denied:
         want = sorted(obs.sandbox_namespaces)
-        return _failed("scheduler-rbac", n, f"{what} in only {len(want) - len(a.denied)} of {len(want)} sandbox "
+        return failing("scheduler-rbac", n, f"{what} in only {len(want) - len(a.denied)} of {len(want)} sandbox "
                        f"namespace(s); not in {names(sorted(a.denied), 5)}: its sandboxes there stay Pending",
                        "apply the scope change through the Slurm Helm release (it grants the RBAC with it), or "
                        "let the operator grant it: spec.scope.grantClusterRole: sunk-scheduler-sandbox")
     if not obs.sandbox_namespaces:
-        return _passed("scheduler-rbac", n, f"no {obs.sandbox_how} yet to check ({what} only where granted, not "
+        return passed("scheduler-rbac", n, f"no {obs.sandbox_how} yet to check ({what} only where granted, not "
                        "cluster-wide: each new one needs its grant)")
-    return _passed("scheduler-rbac", n, f"{what} in each of the {len(obs.sandbox_namespaces)} {obs.sandbox_how}")
+    return passed("scheduler-rbac", n, f"{what} in each of the {len(obs.sandbox_namespaces)} {obs.sandbox_how}")
 
 
 def _room(r: NodeRoom) -> str:
@@ -237,10 +224,10 @@ def _room(r: NodeRoom) -> str:
 def slurmd_room(obs: Observation) -> Result:
     n, need = "room beside slurmd on shared NodeSets", obs.sandbox_request
     if obs.nodes_error:
-        return _failed("slurmd-room", n, obs.nodes_error, CREDENTIALS)
+        return failing("slurmd-room", n, obs.nodes_error, CREDENTIALS)
     if not obs.slurmd_pods:
         of = f" of NodeSet(s) {', '.join(obs.nodeset_filter)}" if obs.nodeset_filter else ""
-        return _failed("slurmd-room", n, f"no slurmd pod{of} (a container named slurmd) in {obs.scheduler_namespace}",
+        return failing("slurmd-room", n, f"no slurmd pod{of} (a container named slurmd) in {obs.scheduler_namespace}",
                        "point the doctor at the Slurm namespace: " + obs.knob("spec.scheduler.namespace",
                                                                                "--scheduler-namespace")
                        + "; --nodeset picks the NodeSets shared with sandboxes")
@@ -248,91 +235,15 @@ def slurmd_room(obs: Observation) -> Result:
     nodesets = sorted({ns for r in obs.nodes for ns in r.nodesets})
     head = f"a sandbox pod needs {need.show()} ({obs.sandbox_request_how})"
     if tight:
-        return _failed("slurmd-room", n, f"{head}; {len(tight)} of {len(obs.nodes)} Node(s) of NodeSet(s) "
+        return failing("slurmd-room", n, f"{head}; {len(tight)} of {len(obs.nodes)} Node(s) of NodeSet(s) "
                        f"{', '.join(nodesets)} have no room: " + "; ".join(_room(r) for r in tight[:3])
                        + (" …" if len(tight) > 3 else ""),
                        "lower the slurmd container's resource requests of those NodeSets in the Slurm Helm values "
                        "(SUNK: Manage resources with the SUNK Pod Scheduler), else sandbox pods fail with OutOfcpu / "
                        "OutOfMemory")
     least = min(obs.nodes, key=lambda r: (r.free.cpu, r.free.memory) if r.free is not None else (0, 0))
-    return _passed("slurmd-room", n, f"{head}; all {len(obs.nodes)} Node(s) of NodeSet(s) {', '.join(nodesets)} have "
+    return passed("slurmd-room", n, f"{head}; all {len(obs.nodes)} Node(s) of NodeSet(s) {', '.join(nodesets)} have "
                    f"room; the least: {_room(least)}")
-
-
-_RUNNER_FIXES = {
-    "unauthenticated": "the token is invalid or expired: put a current CoreWeave API token in {token}",
-    "permission_denied": "give the token's user the sandbox_admin role (reading and writing a runner's policy needs it)",
-    "not_found": "check the runner id ({knob}; `cwic runner list`)",
-    "unimplemented": "the URL does not serve the runner API: check {url_knob}",
-}
-
-
-def runner_token(obs: Observation) -> Result:
-    n, r = "runner token works, has sandbox_admin", obs.runner
-    if r is None:
-        return _skipped("runner-token", n, "no runner given: pass --runner-id and --token-secret NS/NAME[:KEY] "
-                        "(and --api-url)")
-    url_knob = obs.knob("spec.runner.apiURL", "--api-url")
-    if r.outcome == "not_allowed":
-        return _failed("runner-token", n, f"{r.message}; the token was not sent", Common.NOT_ALLOWED.fix)
-    if r.outcome == "credentials":
-        return _failed("runner-token", n, f"{r.message}; nothing was sent",
-                       f"create it: `kubectl create secret generic ... --from-literal=token=$TOKEN` ({r.token})")
-    if r.outcome != "ok":
-        fix = _RUNNER_FIXES.get(r.code, f"the API at {r.api_url} did not answer as expected: check {url_knob} and "
-                                "the network, then run the doctor again")
-        return _failed("runner-token", n, f"GetManagedRunner {r.runner_id} at {r.api_url} with the token of {r.token}: "
-                       f"{r.code} {r.message}".rstrip(),
-                       fix.format(token=r.token, knob=obs.knob("spec.runner.id", "--runner-id"), url_knob=url_knob))
-    return _passed("runner-token", n, f"GetManagedRunner {r.runner_id} at {r.api_url} with the token of {r.token} "
-                   "answered (the call needs sandbox_admin)")
-
-
-def policy_fields(obs: Observation) -> Result:
-    n, r = "policy: no forbidden field, no nodeSelector", obs.runner
-    if r is None or r.outcome != "ok":
-        return _skipped("policy", n, "not checked: the runner's policy was not read (see above)")
-    if r.policy is None:
-        return _passed("policy", n, f"runner {r.runner_id} has no policy yet (null): nothing to conflict with")
-    edit = f"edit it: `cwic sandbox runner policy edit {r.runner_id}`, keeping everything else"
-    try:
-        validate_policy(r.policy)
-    except PolicyError as exc:
-        return _failed("policy", n, f"runner {r.runner_id}: {describe(exc)}", edit)
-    found = policy_warnings(r.policy, obs.client_annotations)
-    if found:
-        return _failed("policy", n, f"runner {r.runner_id}: " + "; ".join(found), edit)
-    return _passed("policy", n, f"runner {r.runner_id}: no forbidden base field, no nodeSelector, no instance-type limit")
-
-
-def partition_exists(obs: Observation) -> Result:
-    n, s, p = "partition exists in Slurm", obs.slurm, obs.partition
-    if obs.slurm_refused:
-        return _failed("partition", n, f"{obs.slurm_refused}; the Slurm token was not sent", Common.NOT_ALLOWED.fix)
-    if s is None:
-        return _skipped("partition", n, ("no partition pinned: Slurm chooses" if p is None else f"{p!r} pinned") +
-                        "; Slurm not configured (" + obs.knob("spec.slurm.restAPI", "--slurm-url, --slurm-user, "
-                                                               "--slurm-token-secret") + "): not asked")
-    status, reason, message = ready_condition(s)  # SlurmReady's own verdict on the same request
-    if status == "True":
-        return _passed("partition", n, message)
-    return _failed("partition", n, message, reason.fix)
-
-
-def slurm_token(obs: Observation) -> Result:
-    n, s = "Slurm token not about to expire", obs.slurm
-    if obs.slurm_refused or s is None:
-        return _skipped("slurm-token", n, "Slurm not configured or not allowed (see the partition line): not read")
-    if s.error in ("credentials", "token"):
-        return _failed("slurm-token", n, s.detail, ready_condition(s)[1].fix)
-    exp = obs.slurm_token_exp
-    if exp is None:
-        return _passed("slurm-token", n, f"the JWT in {s.token_where} carries no `exp`")
-    if expiring(exp, obs.now):
-        return _failed("slurm-token", n, f"the JWT in {s.token_where} expires at {iso(exp)}, within the hour: Slurm "
-                       "refuses it then", f"put a new one there before then: `scontrol token username={s.user} "
-                       "lifespan=SECONDS` (the default lifespan is 1800 s: ask for more)")
-    return _passed("slurm-token", n, f"the JWT in {s.token_where} (user {s.user}) expires at {iso(exp)}")
 
 
 Check = Callable[[Observation], "Result | None"]
@@ -373,7 +284,7 @@ def evaluate(obs: Observation) -> list[Result]:
     shell read nothing else (as the operator reads nothing for it)."""
     results = [r for check in CHECKS if (r := check(obs)) is not None]
     if obs.binding is not None and obs.violations:
-        return [r if r.id == "binding" else _skipped(r.id, r.name, REFUSED) for r in results]
+        return [r if r.id == "binding" else skipped(r.id, r.name, REFUSED) for r in results]
     return results
 
 

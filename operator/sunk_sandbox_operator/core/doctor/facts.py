@@ -24,6 +24,18 @@ class Result:
     fix: str = ""
 
 
+def passed(id_: str, name: str, detail: str) -> Result:
+    return Result(id_, name, True, detail)
+
+
+def failing(id_: str, name: str, detail: str, fix: str) -> Result:
+    return Result(id_, name, False, detail, fix)
+
+
+def skipped(id_: str, name: str, detail: str) -> Result:
+    return Result(id_, name, None, detail)
+
+
 @dataclass(frozen=True)
 class Scope:
     """What the scheduler's own config says it watches."""

@@ -17,13 +17,12 @@ from typing import Any
 
 from ...api.keys import SCHEDULER_CONFIGMAP_LABEL
 from ...api.reasons import SchedulerReady
-from ...api.spec import DEFAULT_SCOPE_PATH, BindingSpec
+from ...api.scope_spec import DEFAULT_SCOPE_PATH
+from ...api.spec import BindingSpec
 from ...api.status import SchedulerStatus
 from ..conditions import Status
-from .conf import (
-    SCHEDULER_CONF_KEY, SCHEDULER_CONTAINER, SLURM_CONF_SUFFIX, SLURM_DEFAULT_KILL_WAIT,
-    SchedulerArgs, SchedulerConf, parse_scheduler_args, parse_scheduler_conf, slurm_conf,
-)
+from .conf import SCHEDULER_CONF_KEY, SCHEDULER_CONTAINER, SchedulerArgs, SchedulerConf, parse_scheduler_args, parse_scheduler_conf
+from .slurm_conf import SLURM_CONF_SUFFIX, SLURM_DEFAULT_KILL_WAIT, slurm_conf
 from ..selectors import to_label_selector_string
 from ..scope.target_ref import CONFIGMAP, locate
 from ..tenant_text import Refused

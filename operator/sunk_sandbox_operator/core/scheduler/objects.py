@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...api.keys import SCHEDULER_CONFIGMAP_LABEL, SCOPE_HASH_ANNOTATION
-from .conf import SCHEDULER_CONF_KEY, SCHEDULER_CONTAINER, SLURM_CONF_SUFFIX
+from .conf import SCHEDULER_CONF_KEY, SCHEDULER_CONTAINER
+from .slurm_conf import SLURM_CONF_SUFFIX
 
 DEFAULT_MAX_OBJECT_BYTES = 256 * 1024   # what discovery keeps of one object (SSB_MAX_OBJECT_BYTES)
 NAMESPACE_BUDGET_OBJECTS = 16           # ... and of one namespace: this many objects at the cap
