@@ -23,6 +23,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .facts import number as _number  # the one reader of an integer field in either shape
+
 # Newest first: the negotiation's probe order. v0.0.39 (Slurm 23.02) was never measured: not offered.
 KNOWN: tuple[str, ...] = ("v0.0.45", "v0.0.44", "v0.0.43", "v0.0.42", "v0.0.41", "v0.0.40", "v0.0.38")
 RELEASES = ("Slurm 22.05 serves v0.0.38, 24.11 v0.0.40–v0.0.42, 25.11 (SUNK 8.1 and 8.2) v0.0.41–v0.0.44, "
@@ -67,17 +69,6 @@ def spans(versions: Sequence[str]) -> str:
 
 
 # ---------------------------------------------------------------- answers that differ by release
-
-
-def _number(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, Mapping) and value.get("set", True) and not value.get("infinite"):
-        n = value.get("number")
-        return n if isinstance(n, int) and not isinstance(n, bool) else None
-    return None
 
 
 def _texts(body: Any, key: str) -> list[str]:
