@@ -162,7 +162,7 @@ def test_printer_columns(kube, ns):
         after = kube.binding(ns, "cols")
         if before["metadata"]["resourceVersion"] == after["metadata"]["resourceVersion"]:
             break
-    assert out[0].split() == ["NAME", "RUNNER", "SCHEDULER", "PARTITION", "NAMESPACES", "READY", "REASON", "AGE"]
+    assert out[0].split() == ["NAME", "RUNNER", "SCHEDULER", "PARTITION", "NAMESPACES", "READY", "REASON", "PAUSED", "AGE"]
     cells = [c for c in _expected_row(after) if c]
     assert out[1].split()[:len(cells)] == cells
     assert {"runner-7f3a", "sandboxes"} <= set(out[1].split())

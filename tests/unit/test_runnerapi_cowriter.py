@@ -82,7 +82,8 @@ def test_a_co_writer_puts_its_whole_policy_back_on_its_schedule_over_http(emu: E
     assert writes == [CO_WRITER, "client"] * 3 + [CO_WRITER]
     assert ("GetManagedRunner", CO_WRITER) in calls and ("UpdateManagedRunner", CO_WRITER) in calls
     assert {c for c in calls if c[1] == "client"} == {("GetManagedRunner", "client"), ("UpdateManagedRunner", "client")}
-    assert [e["outcome"] for e in log(emu)].count("applied") == 4
+    # its log line follows its write (the HTTP answer): wait for the fourth, then none more
+    wait_for(lambda: [e["outcome"] for e in log(emu)].count("applied") == 4, 5)
     state = HTTP.get(f"{emu.url}/_emulator/state").json()
     assert state["knobs"]["co_writers"] == {"r": {"policy": THEIRS, "interval_seconds": 0.2}}
     assert emu.state.co_writer_token not in json.dumps(state)       # its token is never shown

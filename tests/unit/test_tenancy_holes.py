@@ -119,4 +119,6 @@ def test_only_the_configmaps_a_binding_reads_wake_it(harness) -> None:
     assert depends.concerns(state, w, "cm", {})                                # scheduler.conf, the target
     assert depends.concerns(state, w, "slurm-conf", {})                        # slurm.conf (KillWait)
     assert depends.concerns(state, w, "new", {"app.kubernetes.io/component": "scheduler"})  # may take over
+    assert depends.concerns(state, w, "new-slurm", {}, ["node.slurm.conf"])    # a new slurm.conf: discovery reads it
     assert not depends.concerns(state, w, "tenant-noise", {})                  # anything else: nothing
+    assert not depends.concerns(state, w, "tenant-noise", {}, ["app.conf"])

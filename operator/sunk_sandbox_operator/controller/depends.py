@@ -31,6 +31,7 @@ from ..adapters.informer import Informer, Resource
 from ..api.keys import SCHEDULER_CONFIGMAP_LABEL
 from ..api.spec import LabelSelector
 from ..core.scheduler import objects as so
+from ..core.scheduler.slurm_conf import SLURM_CONF_SUFFIX
 from ..core import selectors
 from ..core.scope.target_ref import TargetRef, locate
 from .state import BindingState
@@ -117,26 +118,28 @@ def wanted(state: BindingState) -> set[Watched]:
     return out
 
 
-def reads_configmap(state: BindingState, name: str, labels: dict | None) -> bool:
+def reads_configmap(state: BindingState, name: str, labels: dict | None, keys: Iterable[str] = ()) -> bool:
     """Is this ConfigMap in the scheduler's namespace one the binding reads? The scope target and
-    scheduler.conf (by name, or any carrying the discovery label: a new one may take over) and the
-    slurm.conf ones discovery found. Any other ConfigMap there wakes nothing: a tenant editing its
-    own ConfigMaps cannot buy reconciles (and runner API calls) with them."""
+    scheduler.conf (by name, or any carrying the discovery label: a new one may take over), and any
+    with a `*slurm.conf` key (discovery reads every one: a new one may set KillWait, or be refused).
+    Any other ConfigMap there wakes nothing: a tenant editing its own ConfigMaps cannot buy
+    reconciles (and runner API calls) with them."""
     d = state.discovery
     if d is None:
         return True  # not discovered yet: anything may be what it reads
     key, value = SCHEDULER_CONFIGMAP_LABEL
     return (name == d.configmap_name or name in d.slurm_configmaps or (labels or {}).get(key) == value
-            or name == target_of(state).name)
+            or name == target_of(state).name or any(k.endswith(SLURM_CONF_SUFFIX) for k in keys))
 
 
-def concerns(state: BindingState, watched: Watched, name: str, labels: dict | None) -> bool:
-    """Does an event on this object concern this binding?"""
+def concerns(state: BindingState, watched: Watched, name: str, labels: dict | None,
+             keys: Iterable[str] = ()) -> bool:
+    """Does an event on this object concern this binding? `keys`: a ConfigMap's data keys."""
     if state.spec is None or state.deleted or (ns := scheduler_namespace(state)) is None:
         return False
     if watched.kind == "Pod":
         return watched.namespace == ns and selectors.matches(state.spec.scheduler.pod_selector, labels or {})
-    if watched.kind == "ConfigMap" and watched.namespace == ns and reads_configmap(state, name, labels):
+    if watched.kind == "ConfigMap" and watched.namespace == ns and reads_configmap(state, name, labels, keys):
         return True
     return (watched.kind, watched.namespace, name) in target_of(state).reads
 
@@ -244,8 +247,10 @@ class Dependencies:
                 digest.apply(kind, body)
             if not informer.ready.is_set():
                 return  # the initial LIST: what is already there was read by the reconcile itself
+        data = body.get("data")
+        keys = [k for k in data if isinstance(k, str)] if isinstance(data, dict) and watched.kind == "ConfigMap" else []
         for state in self.ctx.bindings:
-            if concerns(state, watched, name, meta.get("labels")):
+            if concerns(state, watched, name, meta.get("labels"), keys):
                 kick(self.ctx, state, (watched.kind, watched.namespace, name), rv)
 
     async def listed_scheduler_objects(self, namespace: str, pod_selector: LabelSelector,
