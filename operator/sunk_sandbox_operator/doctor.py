@@ -266,20 +266,13 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
         given = [f"--{f.replace('_', '-')}" for f in PREREQUISITE_FLAGS if getattr(args, f) is not None]
         if given:
             parser.error(f"{', '.join(given)}: a binding's checks take everything from its spec")
-    from .adapters.kube import KubeError
-    from .adapters.kubeconfig import ConfigError
     from .core.doctor import checks as doctor
-    from .core.redact import describe
+    from .output import read_or_exit_code
 
-    from .core.redact import describe
-    try:
-        obs, said = asyncio.run(_observe(args, parser))
-    except BindingNotFound as exc:
-        print(f"{parser.prog}: {exc}", file=sys.stderr)
-        return 1
-    except (KubeError, ConfigError) as exc:  # no kubeconfig, an API server that does not answer
-        print(f"{parser.prog}: cannot read the cluster: {describe(exc)}", file=sys.stderr)
-        return 2
+    got = read_or_exit_code(parser.prog, lambda: asyncio.run(_observe(args, parser)), BindingNotFound)
+    if isinstance(got, int):
+        return got
+    obs, said = got
     results = doctor.evaluate(obs)
     bad = doctor.failed(results)
     if args.output != "text":

@@ -21,7 +21,7 @@ import os
 import sys
 from typing import Any
 
-from .output import OUTPUTS, render
+from .output import OUTPUTS, read_or_exit_code, render
 
 PROG = "sunk-sandbox-operator why"
 MARKS = {True: "✓", False: "✗", None: "-"}
@@ -94,22 +94,14 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     p = parser(prog)
     args = p.parse_args(argv)
     ask = _ask(args, p)
-    from .adapters.kube import KubeError
-    from .adapters.kubeconfig import ConfigError
     from .adapters.why import PodNotFound
     from .controller import config
     from .core import why
-    from .core.redact import describe
 
     tenancy = config.tenancy_from_flags(args, p.error)
-    try:
-        obs = asyncio.run(_observe(ask, tenancy))
-    except PodNotFound as exc:
-        print(f"{p.prog}: {exc}", file=sys.stderr)
-        return 1
-    except (KubeError, ConfigError) as exc:  # no kubeconfig, an API server that does not answer
-        print(f"{p.prog}: cannot read the cluster: {describe(exc)}", file=sys.stderr)
-        return 2
+    obs = read_or_exit_code(p.prog, lambda: asyncio.run(_observe(ask, tenancy)), PodNotFound)
+    if isinstance(obs, int):
+        return obs
     links = why.evaluate(obs)
     verdict = why.verdict(links)
     if args.output != "text":
